@@ -1,0 +1,619 @@
+//! Parsers for the replies of `submit_rpc_handler.php` and `job_file.php`
+//! (`spec/boinc-rpc.md` §4, §5, §10), and the message for a failed download
+//! (§7.1).
+//!
+//! Every parser applies the same rules, in this order:
+//!
+//! 1. an `<error>` with an `<error_num>` that reads as non-zero is
+//!    [`ReplyError::Boinc`] (the last one wins, as in the C client);
+//! 2. without the reply's success marker, a PHP fatal error page is
+//!    [`ReplyError::PhpFatal`], anything else [`ReplyError::Malformed`];
+//! 3. a reply with its marker but unusable content is `Malformed` too.
+//!
+//! Markers are stricter than the C client's where a torn body could pass
+//! for a short answer (`</query_batch2>`, `</absent_files>`, `</templates>`).
+
+use super::xml::{self, find, parse_double, parse_int, Token, Tokens};
+use super::{BatchInfo, BatchStates, CompletedJob, JobState, ReplyError, Templates};
+
+/// Longest `error_msg` kept; the C client drops messages over 255 bytes, we
+/// keep more but not a hostile megabyte.
+const MAX_ERROR_MSG: usize = 1024;
+/// Longest message of a PHP fatal error.
+const MAX_FATAL_MSG: usize = 500;
+/// Longest download error message.
+const MAX_DOWNLOAD_MSG: usize = 300;
+
+/// `ping`: success ⇔ a `<success>` element.
+pub fn parse_ping(body: &[u8]) -> Result<(), ReplyError> {
+    parse_success(body)
+}
+
+/// `abort_jobs`, `retire_batch`, `set_expire_time` (and `ping`,
+/// `upload_files`): success ⇔ `<success>` or `<success/>`, whatever its value
+/// (as in the C client).
+pub fn parse_success(body: &[u8]) -> Result<(), ReplyError> {
+    let marker = Reader::new(body).any(|t| matches!(t, Token::Start(b"success") | Token::Empty(b"success")));
+    settle(body, marker, "no <success>", Ok(()))
+}
+
+/// `upload_files`: `<success/>`.
+pub fn parse_upload_files(body: &[u8]) -> Result<(), ReplyError> {
+    parse_success(body)
+}
+
+/// `get_templates`: the `<open_name>`s inside `<input_template>` and
+/// `<output_template>`, in document order. The position of an output name is
+/// the `file_num` of its download.
+pub fn parse_templates(body: &[u8]) -> Result<Templates, ReplyError> {
+    enum In {
+        Nothing,
+        Input,
+        Output,
+    }
+    let mut templates = Templates::default();
+    let (mut opened, mut closed) = (false, false);
+    let mut inside = In::Nothing;
+    let mut problem = None;
+    let mut r = Reader::new(body);
+    while let Some(token) = r.next() {
+        match token {
+            Token::Start(b"templates") => opened = true,
+            Token::End(b"templates") if opened => {
+                closed = true;
+                break;
+            }
+            _ if !opened => {}
+            Token::Start(b"input_template") => inside = In::Input,
+            Token::Start(b"output_template") => inside = In::Output,
+            Token::End(b"input_template" | b"output_template") => inside = In::Nothing,
+            Token::Start(b"open_name") | Token::Empty(b"open_name") => {
+                let name = match token {
+                    Token::Start(name) => r.value(name),
+                    _ => Some(String::new()),
+                };
+                // A name dropped would shift the output file numbers.
+                let Some(name) = name else {
+                    problem = Some("unreadable <open_name>");
+                    continue;
+                };
+                match inside {
+                    In::Input => templates.inputs.push(name),
+                    In::Output => templates.outputs.push(name),
+                    In::Nothing => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    let marker = opened && closed;
+    settle(body, marker, "no <templates>...</templates>", checked(templates, problem))
+}
+
+/// `create_batch`: the new batch's id, which must be positive (the C client
+/// takes a reply without one as batch 0).
+pub fn parse_create_batch(body: &[u8]) -> Result<i64, ReplyError> {
+    let id = last_int(body, b"batch_id").filter(|&id| id > 0);
+    settle(body, id.is_some(), "no positive <batch_id>", Ok(id.unwrap_or(0)))
+}
+
+/// `submit_batch`: success ⇔ a `<batch_id>`; its value is returned.
+pub fn parse_submit_batch(body: &[u8]) -> Result<i64, ReplyError> {
+    let id = last_int(body, b"batch_id");
+    settle(body, id.is_some(), "no <batch_id>", Ok(id.unwrap_or(0)))
+}
+
+/// `query_files`: the 0-based indexes (into the request's `<phys_name>`s) of
+/// the files the server does not have. `<absent_files>`...`</absent_files>`
+/// is required, so a torn body never reads as "nothing absent".
+pub fn parse_query_files(body: &[u8]) -> Result<Vec<usize>, ReplyError> {
+    let mut absent = Vec::new();
+    let mut marker = false;
+    let mut problem = None;
+    let mut r = Reader::new(body);
+    while let Some(token) = r.next() {
+        match token {
+            Token::Empty(b"absent_files") => marker = true,
+            Token::Start(b"absent_files") => {
+                marker = read_block(&mut r, b"absent_files", b"query_files", |name, r| {
+                    if name == b"file" {
+                        match r.int(name).and_then(|i| usize::try_from(i).ok()) {
+                            Some(i) => absent.push(i),
+                            // A dropped index would make us believe the
+                            // server has a file it lacks.
+                            None => problem = Some("unreadable <file> index"),
+                        }
+                    }
+                });
+            }
+            _ => continue,
+        }
+        break;
+    }
+    settle(body, marker, "no <absent_files>...</absent_files>", checked(absent, problem))
+}
+
+/// `query_batch2`: `server_time` and, per requested batch in request order,
+/// the jobs reported (all of them, or those changed since `min_mod_time`).
+///
+/// The reply is flat: each `<batch_size>N</batch_size>` is followed by its
+/// N `<job>`s. Both the start and the end tag of `<query_batch2>` are
+/// required and every group must hold exactly its `batch_size` jobs, so a
+/// torn body is never taken for a short answer.
+pub fn parse_query_batch2(body: &[u8]) -> Result<BatchStates, ReplyError> {
+    let (mut opened, mut closed) = (false, false);
+    let mut server_time = None;
+    // (batch_size, its jobs)
+    let mut groups: Vec<(i64, Vec<JobState>)> = Vec::new();
+    let mut problem = None;
+    let mut r = Reader::new(body);
+    while let Some(token) = r.next() {
+        match token {
+            Token::Start(b"query_batch2") => opened = true,
+            Token::End(b"query_batch2") if opened => {
+                closed = true;
+                break;
+            }
+            Token::Start(name @ b"server_time") => server_time = r.double(name),
+            // An unreadable size reads as 0 and then fails the count check.
+            Token::Start(name @ b"batch_size") => groups.push((r.int(name).unwrap_or(0), Vec::new())),
+            Token::Start(b"job") => {
+                let (mut name, mut status) = (None, None);
+                let closed = read_block(&mut r, b"job", b"query_batch2", |field, r| match field {
+                    b"job_name" => name = r.value(field),
+                    b"status" => status = r.value(field),
+                    _ => {}
+                });
+                match (groups.last_mut(), name, status) {
+                    (None, _, _) => problem = Some("<job> before any <batch_size>"),
+                    (Some((_, jobs)), Some(name), Some(status)) if closed => jobs.push(JobState { name, status }),
+                    _ => problem = Some("unreadable <job>"),
+                }
+            }
+            _ => {}
+        }
+    }
+    let value = checked((), problem).and_then(|()| {
+        let server_time = server_time.ok_or("no readable <server_time>")?;
+        let mut batches = Vec::with_capacity(groups.len());
+        for (size, jobs) in groups {
+            if usize::try_from(size) != Ok(jobs.len()) {
+                return Err(format!("batch_size {size} but {} jobs", jobs.len()));
+            }
+            batches.push(jobs);
+        }
+        Ok(BatchStates { server_time, batches })
+    });
+    settle(body, opened && closed, "no <query_batch2>...</query_batch2>", value)
+}
+
+/// `query_completed_job`: the `<completed_job>` block. A block cut short
+/// (a PHP fatal error after `<error_mask>` for a job without a finished
+/// instance, on PHP ≥ 8.1) is `PhpFatal`, or `Malformed` without the error
+/// page.
+pub fn parse_query_completed_job(body: &[u8]) -> Result<CompletedJob, ReplyError> {
+    let mut job = CompletedJob::default();
+    let mut r = Reader::new(body);
+    let found = r.any(|t| t == Token::Start(b"completed_job"));
+    let marker = found
+        && read_block(&mut r, b"completed_job", b"query_completed_job", |name, r| {
+            // Unreadable fields stay 0, as in the C client.
+            let j = &mut job;
+            match name {
+                b"error_mask" => j.error_mask = r.int(name).unwrap_or(j.error_mask),
+                b"canonical_resultid" => j.canonical_resultid = r.int(name).unwrap_or(j.canonical_resultid),
+                b"error_resultid" => j.error_resultid = r.int(name).unwrap_or(j.error_resultid),
+                b"exit_status" => j.exit_status = r.int(name).unwrap_or(j.exit_status),
+                b"elapsed_time" => j.elapsed_time = r.double(name).unwrap_or(j.elapsed_time),
+                b"cpu_time" => j.cpu_time = r.double(name).unwrap_or(j.cpu_time),
+                b"stderr_out" => j.stderr_out = r.value(name).unwrap_or_default(),
+                _ => {}
+            }
+        });
+    settle(body, marker, "no <completed_job>...</completed_job>", Ok(job))
+}
+
+/// `query_batch` (by id or name): the batch's fields and its jobs' names.
+pub fn parse_query_batch(body: &[u8]) -> Result<BatchInfo, ReplyError> {
+    let mut batch = BatchInfo::default();
+    let mut marker = false;
+    let mut problem = None;
+    let mut r = Reader::new(body);
+    while let Some(token) = r.next() {
+        match token {
+            Token::End(b"query_batch") => {
+                marker = true;
+                break;
+            }
+            Token::Start(b"job") => {
+                let mut name = String::new();
+                let closed = read_block(&mut r, b"job", b"query_batch", |field, r| {
+                    if field == b"name" {
+                        name = r.value(field).unwrap_or_default();
+                    }
+                });
+                if !closed {
+                    problem = Some("unterminated <job>");
+                }
+                batch.jobs.push(name);
+            }
+            Token::Start(name) => batch_field(&mut batch, name, &mut r),
+            _ => {}
+        }
+    }
+    settle(body, marker, "no </query_batch>", checked(batch, problem))
+}
+
+/// `query_batches`: every batch of the user except retired ones.
+pub fn parse_query_batches(body: &[u8]) -> Result<Vec<BatchInfo>, ReplyError> {
+    let mut batches = Vec::new();
+    let mut marker = false;
+    let mut problem = None;
+    let mut r = Reader::new(body);
+    while let Some(token) = r.next() {
+        match token {
+            Token::End(b"query_batches") => {
+                marker = true;
+                break;
+            }
+            Token::Start(b"batch") => {
+                let mut batch = BatchInfo::default();
+                let closed = read_block(&mut r, b"batch", b"query_batches", |name, r| batch_field(&mut batch, name, r));
+                if !closed {
+                    problem = Some("unterminated <batch>");
+                }
+                batches.push(batch);
+            }
+            _ => {}
+        }
+    }
+    settle(body, marker, "no </query_batches>", checked(batches, problem))
+}
+
+/// Reads one batch field (of `query_batches`' `<batch>` or `query_batch`'s
+/// head) if `name` is one we keep. Unreadable numbers stay 0.
+fn batch_field(batch: &mut BatchInfo, name: &[u8], r: &mut Reader) {
+    match name {
+        b"id" => batch.id = r.int(name).unwrap_or(0),
+        b"state" => batch.state = r.int(name).unwrap_or(0),
+        b"njobs" => batch.njobs = r.int(name).unwrap_or(0),
+        b"create_time" => batch.create_time = r.double(name).unwrap_or(0.0),
+        b"expire_time" => batch.expire_time = r.double(name).unwrap_or(0.0),
+        b"name" => batch.name = r.value(name).unwrap_or_default(),
+        b"app_name" => batch.app_name = r.value(name).unwrap_or_default(),
+        _ => {}
+    }
+}
+
+/// Reads the children of the `<tag>` just opened up to `</tag>`, handing
+/// each start tag to `child`. False if the block is cut short: the body
+/// ends, or the next `<tag>` or the end of `parent` comes first (then
+/// nothing of the rest is swallowed).
+fn read_block(r: &mut Reader, tag: &[u8], parent: &[u8], mut child: impl FnMut(&[u8], &mut Reader)) -> bool {
+    while let Some(token) = r.next() {
+        match token {
+            Token::End(t) if t == tag => return true,
+            Token::Start(t) if t == tag => return false,
+            Token::End(t) if t == parent => return false,
+            Token::Start(name) => child(name, r),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// `value`, unless the content had a problem.
+fn checked<T>(value: T, problem: Option<&str>) -> Result<T, String> {
+    match problem {
+        Some(p) => Err(p.to_string()),
+        None => Ok(value),
+    }
+}
+
+/// What to report for a `get_output.php` reply that is not a file: the
+/// server's `ERROR: ...` text, or a short description of what came instead.
+/// At most ~300 bytes, on one line.
+pub fn download_error(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let trimmed = xml::trim_ascii(&text);
+    let mut msg = if trimmed.starts_with("ERROR:") {
+        // Names in these messages are HTML-escaped.
+        xml::collapse_whitespace(&xml::decode_entities(trimmed))
+    } else if let Some(ReplyError::PhpFatal { message }) = php_fatal(body) {
+        format!("server script failed: {message}")
+    } else if trimmed.is_empty() {
+        "empty reply".to_string()
+    } else if looks_like_text(body) {
+        let page = xml::collapse_whitespace(&xml::text_value(&xml::strip_tags(body)));
+        format!("unexpected reply: {page}")
+    } else {
+        format!("unexpected reply of {} bytes", body.len())
+    };
+    xml::truncate_at(&mut msg, MAX_DOWNLOAD_MSG);
+    msg
+}
+
+/// Valid UTF-8 without control characters other than whitespace: worth
+/// quoting in a message, unlike a binary file.
+fn looks_like_text(body: &[u8]) -> bool {
+    std::str::from_utf8(body).is_ok_and(|s| !s.chars().any(|c| c.is_control() && !c.is_whitespace()))
+}
+
+/// The scanner every parser uses: [`Tokens`] without `<error>` elements.
+/// Fatal errors are found separately ([`boinc_error`]); the rest are PHP
+/// notices or `query_batch`'s job errors, whose `<file>`, `<line>` and texts
+/// must not be taken for the reply's own elements.
+struct Reader<'a>(Tokens<'a>);
+
+impl<'a> Reader<'a> {
+    fn new(body: &'a [u8]) -> Self {
+        Reader(Tokens::new(body))
+    }
+
+    /// See [`Tokens::value`].
+    fn value(&mut self, name: &[u8]) -> Option<String> {
+        self.0.value(name)
+    }
+
+    fn int(&mut self, name: &[u8]) -> Option<i64> {
+        self.value(name).and_then(|t| parse_int(&t))
+    }
+
+    fn double(&mut self, name: &[u8]) -> Option<f64> {
+        self.value(name).and_then(|t| parse_double(&t))
+    }
+}
+
+impl<'a> Iterator for Reader<'a> {
+    type Item = Token<'a>;
+
+    fn next(&mut self) -> Option<Token<'a>> {
+        loop {
+            let token = self.0.next()?;
+            if token == Token::Start(b"error") {
+                self.0.skip_past_end(b"error");
+                continue;
+            }
+            return Some(token);
+        }
+    }
+}
+
+/// The value of the last `<name>` that reads as an integer.
+fn last_int(body: &[u8], name: &[u8]) -> Option<i64> {
+    let mut value = None;
+    let mut r = Reader::new(body);
+    while let Some(token) = r.next() {
+        if token == Token::Start(name) {
+            value = r.int(name).or(value);
+        }
+    }
+    value
+}
+
+/// The rules every reply shares (see the module doc). `marker`: the
+/// reply's success marker was found; `missing`: what to say when it was not;
+/// `value`: the parse result, or why the content is unusable.
+fn settle<T>(body: &[u8], marker: bool, missing: &str, value: Result<T, String>) -> Result<T, ReplyError> {
+    if let Some(error) = boinc_error(body) {
+        return Err(error);
+    }
+    if !marker {
+        if let Some(fatal) = php_fatal(body) {
+            return Err(fatal);
+        }
+        let reason =
+            if xml::trim_ascii(&String::from_utf8_lossy(body)).is_empty() { "empty reply".to_string() } else { missing.to_string() };
+        return Err(ReplyError::Malformed(reason));
+    }
+    value.map_err(ReplyError::Malformed)
+}
+
+/// The last `<error>` with a non-zero `<error_num>`, if any.
+///
+/// Read straight from the bytes rather than with [`Tokens`]: `error_msg` is
+/// mostly not escaped and may hold raw `<` and `&`, so it is taken raw up to
+/// `</error_msg>`.
+fn boinc_error(body: &[u8]) -> Option<ReplyError> {
+    let mut found = None;
+    let mut pos = 0;
+    while let Some(start) = find(body, b"<error>", pos) {
+        let (num, msg, end) = read_error(body, start + b"<error>".len());
+        if num != 0 {
+            found = Some(ReplyError::Boinc { num, msg });
+        }
+        pos = end;
+    }
+    found
+}
+
+/// The `error_num` (0 if none or unreadable) and `error_msg` of the error
+/// whose content starts at `from`, and where scanning should go on.
+fn read_error(body: &[u8], from: usize) -> (i64, String, usize) {
+    let (mut num, mut msg) = (0, String::new());
+    let mut i = from;
+    // One pass over the `<`s: linear however hostile the body.
+    while let Some(lt) = body[i..].iter().position(|&b| b == b'<') {
+        let at = i + lt;
+        let rest = &body[at..];
+        if rest.starts_with(b"</error>") {
+            return (num, msg, at + b"</error>".len());
+        }
+        if rest.starts_with(b"<error>") {
+            // The previous error was never closed.
+            return (num, msg, at);
+        }
+        if let Some(text) = rest.strip_prefix(b"<error_num>") {
+            let len = text.iter().position(|&b| b == b'<').unwrap_or(text.len());
+            // Without its end tag the number may be cut (`-13` of `-138`).
+            if text[len..].starts_with(b"</error_num>") {
+                num = parse_int(&String::from_utf8_lossy(&text[..len])).unwrap_or(0);
+            }
+            i = at + b"<error_num>".len() + len;
+            continue;
+        }
+        if let Some(text) = rest.strip_prefix(b"<error_msg>") {
+            let len = find(text, b"</error_msg>", 0).unwrap_or(text.len());
+            msg = error_msg(&text[..len]);
+            i = at + b"<error_msg>".len() + len;
+            continue;
+        }
+        i = at + 1;
+    }
+    (num, msg, body.len())
+}
+
+/// An `error_msg`'s raw content: CDATA wrapper stripped, entities decoded,
+/// trimmed, capped.
+fn error_msg(raw: &[u8]) -> String {
+    let raw = raw.trim_ascii();
+    let raw = match raw.strip_prefix(b"<![CDATA[") {
+        Some(inner) => inner.strip_suffix(b"]]>").unwrap_or(inner),
+        None => raw,
+    };
+    let mut msg = xml::text_value(raw);
+    xml::truncate_at(&mut msg, MAX_ERROR_MSG);
+    msg
+}
+
+/// A PHP fatal error page (`<b>Fatal error</b>: ...`, or the plain-text
+/// form without HTML errors): its text without tags and stack trace,
+/// whitespace collapsed.
+fn php_fatal(body: &[u8]) -> Option<ReplyError> {
+    let start = [&b"<b>Fatal error</b>:"[..], b"\nPHP Fatal error:", b"\nFatal error:"]
+        .iter()
+        .filter_map(|marker| find(body, marker, 0).map(|at| at + marker.len()))
+        .min()?;
+    let text = xml::text_value(&xml::strip_tags(&body[start..]));
+    // The stack trace adds server paths, not meaning.
+    let text = text.split("Stack trace:").next().unwrap_or_default();
+    let mut message = xml::collapse_whitespace(text);
+    xml::truncate_at(&mut message, MAX_FATAL_MSG);
+    Some(ReplyError::PhpFatal { message })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DECL: &str = "<?xml version=\"1.0\" encoding=\"ISO-8859-1\" ?>\n";
+
+    fn body(s: &str) -> Vec<u8> {
+        format!("{DECL}{s}").into_bytes()
+    }
+
+    fn boinc(num: i64, msg: &str) -> ReplyError {
+        ReplyError::Boinc { num, msg: msg.to_string() }
+    }
+
+    #[test]
+    fn error_msg_may_hold_raw_markup() {
+        let b = body(
+            "<submit_batch>\n<error>\n<error_num>-1</error_num>\n\
+             <error_msg>create_work failed: <b>x</b> & a < b</error_msg>\n</error>\n</submit_batch>\n",
+        );
+        assert_eq!(parse_submit_batch(&b), Err(boinc(-1, "create_work failed: <b>x</b> & a < b")));
+    }
+
+    #[test]
+    fn notices_without_error_num_are_ignored_and_last_error_wins() {
+        let b = body(
+            "<abort_jobs>\n<error><error_msg><![CDATA[Undefined index]]></error_msg>\
+             <type>8</type><file>x.php</file><line>3</line></error>\n\
+             <error><error_num>-138</error_num><error_msg>first</error_msg></error>\n\
+             <error><error_num>0</error_num><error_msg>zero</error_msg></error>\n\
+             <error><error_num>-1</error_num><error_msg><![CDATA[ last &amp; ]]></error_msg></error>\n\
+             </abort_jobs>\n",
+        );
+        assert_eq!(parse_success(&b), Err(boinc(-1, "last &")));
+    }
+
+    #[test]
+    fn notice_elements_are_not_taken_for_reply_elements() {
+        let b = body(
+            "<query_files>\n<error><error_msg>n</error_msg><file>/x.php</file></error>\n\
+             <absent_files>\n<file>2</file>\n</absent_files>\n</query_files>\n",
+        );
+        assert_eq!(parse_query_files(&b), Ok(vec![2]));
+    }
+
+    #[test]
+    fn error_wins_over_success_marker() {
+        let b = body(
+            "<abort_jobs>\n<aborted a>\n<success>1</success>\n<error><error_num>-1</error_num><error_msg>no job b</error_msg></error>\n",
+        );
+        assert_eq!(parse_success(&b), Err(boinc(-1, "no job b")));
+    }
+
+    #[test]
+    fn missing_markers() {
+        assert_eq!(parse_success(b""), Err(ReplyError::Malformed("empty reply".into())));
+        assert!(matches!(parse_success(&body("<ping>\n")), Err(ReplyError::Malformed(_))));
+        assert!(matches!(parse_create_batch(&body("<create_batch>\n<batch_id>0</batch_id>\n")), Err(ReplyError::Malformed(_))));
+        assert!(matches!(parse_create_batch(&body("<create_batch>\n<batch_id>x</batch_id>\n")), Err(ReplyError::Malformed(_))));
+        assert_eq!(parse_submit_batch(&body("<submit_batch>\n<batch_id>7</batch_id>\n")), Ok(7));
+    }
+
+    #[test]
+    fn query_files_without_closing_tag_is_torn() {
+        let b = body("<query_files>\n<absent_files>\n<file>0</file>\n");
+        assert!(matches!(parse_query_files(&b), Err(ReplyError::Malformed(_))));
+        let b = body("<query_files>\n<absent_files>\n<file>x</file>\n</absent_files>\n");
+        assert!(matches!(parse_query_files(&b), Err(ReplyError::Malformed(_))));
+        assert_eq!(parse_query_files(&body("<query_files>\n<absent_files/>\n")), Ok(vec![]));
+    }
+
+    #[test]
+    fn query_batch2_groups_and_counts() {
+        let b = body(
+            "<query_batch2>\n<server_time>100.5</server_time>\n\
+             <batch_size>2</batch_size>\n<job><job_name>a</job_name><status>DONE</status></job>\n\
+             <job><job_name>b</job_name><status>UNSENT</status></job>\n\
+             <batch_size>0</batch_size>\n\
+             <batch_size>1</batch_size>\n<job><job_name>c</job_name><status>ERROR</status></job>\n\
+             </query_batch2>\n",
+        );
+        let states = parse_query_batch2(&b).unwrap();
+        assert_eq!(states.server_time, 100.5);
+        let names: Vec<Vec<&str>> = states.batches.iter().map(|g| g.iter().map(|j| j.name.as_str()).collect()).collect();
+        assert_eq!(names, [vec!["a", "b"], vec![], vec!["c"]]);
+        assert_eq!(states.batches[2][0].status, "ERROR");
+
+        let short = body(
+            "<query_batch2>\n<server_time>1</server_time>\n<batch_size>2</batch_size>\n\
+             <job><job_name>a</job_name><status>DONE</status></job>\n</query_batch2>\n",
+        );
+        assert!(matches!(parse_query_batch2(&short), Err(ReplyError::Malformed(_))));
+        let no_time = body("<query_batch2>\n<batch_size>0</batch_size>\n</query_batch2>\n");
+        assert!(matches!(parse_query_batch2(&no_time), Err(ReplyError::Malformed(_))));
+        let orphan = body(
+            "<query_batch2>\n<server_time>1</server_time>\n\
+             <job><job_name>a</job_name><status>DONE</status></job>\n</query_batch2>\n",
+        );
+        assert!(matches!(parse_query_batch2(&orphan), Err(ReplyError::Malformed(_))));
+    }
+
+    #[test]
+    fn fatal_only_without_marker() {
+        let fatal = "<br />\n<b>Fatal error</b>:  Uncaught mysqli_sql_exception: Duplicate entry 'x' for key 'y' in <b>f</b>";
+        let e = parse_upload_files(&body(&format!("<upload_files>\n{fatal}"))).unwrap_err();
+        assert!(e.is_duplicate_entry(), "{e:?}");
+        assert_eq!(e, ReplyError::PhpFatal { message: "Uncaught mysqli_sql_exception: Duplicate entry 'x' for key 'y' in f".into() });
+        assert_eq!(parse_success(&body(&format!("<retire_batch>\n{fatal}\n<success>1</success>\n"))), Ok(()));
+    }
+
+    #[test]
+    fn completed_job_without_end_is_malformed() {
+        let b = body("<query_completed_job>\n<completed_job>\n<error_mask>0</error_mask>\n");
+        assert!(matches!(parse_query_completed_job(&b), Err(ReplyError::Malformed(_))));
+    }
+
+    #[test]
+    fn download_errors() {
+        assert_eq!(download_error(b"ERROR: no workunit x\n"), "ERROR: no workunit x");
+        assert_eq!(download_error(b""), "empty reply");
+        assert_eq!(download_error(b"\x00\x01PK"), "unexpected reply of 4 bytes");
+        assert_eq!(download_error(b"<html><h1>Not Found</h1></html>"), "unexpected reply: Not Found");
+        assert!(download_error(&[b'a'; 10_000]).len() <= MAX_DOWNLOAD_MSG);
+    }
+}

@@ -1,0 +1,16 @@
+//! The GAHP stdio protocol (`spec/gahp-protocol.md`).
+//!
+//! Input goes `framing` (bytes -> logical lines) -> `escape` (line ->
+//! arguments) -> `request` (arguments -> typed [`Request`]). Output goes
+//! typed [`CommandResult`] / return lines -> `reply` -> bytes.
+
+pub mod escape;
+pub mod framing;
+pub mod reply;
+pub mod request;
+
+pub use framing::{Frame, LineFramer};
+pub use reply::{CommandResult, ReturnLine, BANNER, COMMANDS};
+pub use request::{
+    AsyncCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ParamValue, ParseError, ReqId, Request, SubmitBatch,
+};

@@ -1,0 +1,224 @@
+//! What we write back (`spec/gahp-protocol.md` §4-§7): return lines and
+//! result lines, each without response prefix and without newline (the
+//! session adds both).
+
+use std::borrow::Cow;
+
+use super::escape::{escape_into, join_args};
+use super::request::ReqId;
+
+/// The banner (§1.3), also the `VERSION` reply after `S `. Spaces inside
+/// the description are escaped; at most 149 bytes not counting backslashes.
+pub const BANNER: &str = "$GahpVersion: 1.0.2 Nov 21 2026 BOINC\\ GAHP\\ (rust)\\ 0.1.0 $";
+
+/// The commands we implement, alphabetical: the reference's list plus
+/// `RESPONSE_PREFIX` (§5.1), so the gridmanager uses the prefix.
+pub const COMMANDS: &[&str] = &[
+    "ASYNC_MODE_OFF",
+    "ASYNC_MODE_ON",
+    "BOINC_ABORT_JOBS",
+    "BOINC_FETCH_OUTPUT",
+    "BOINC_PING",
+    "BOINC_QUERY_BATCHES",
+    "BOINC_RETIRE_BATCH",
+    "BOINC_SELECT_PROJECT",
+    "BOINC_SET_LEASE",
+    "BOINC_SUBMIT",
+    "COMMANDS",
+    "QUIT",
+    "RESPONSE_PREFIX",
+    "RESULTS",
+    "VERSION",
+];
+
+/// Error messages longer than this (in bytes, before escaping) are cut.
+/// Well below the gridmanager's 500 KiB per-argument limit, and long
+/// enough that no real message (which must end, untruncated, with
+/// `no batch named <name>` for QUERY_BATCHES) is ever touched.
+pub const MAX_ERROR_LEN: usize = 16 * 1024;
+
+/// A line written in direct answer to a request line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReturnLine {
+    /// `S`
+    Success,
+    /// `E`
+    Error,
+    /// `S <banner>`
+    Version,
+    /// `S <command> ...`
+    Commands,
+    /// `S <n>`: the header of a `RESULTS` block of `n` result lines.
+    ResultsHeader(usize),
+    /// `R`: the async-mode notification (not really a return line, but
+    /// written the same way).
+    Notify,
+}
+
+impl ReturnLine {
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            ReturnLine::Success => b"S".to_vec(),
+            ReturnLine::Error => b"E".to_vec(),
+            ReturnLine::Notify => b"R".to_vec(),
+            // The banner is already escaped: written as is.
+            ReturnLine::Version => format!("S {BANNER}").into_bytes(),
+            ReturnLine::Commands => {
+                let mut out = b"S ".to_vec();
+                out.extend_from_slice(&join_args(COMMANDS));
+                out
+            }
+            ReturnLine::ResultsHeader(n) => format!("S {n}").into_bytes(),
+        }
+    }
+}
+
+/// The outcome of an asynchronous command, written as a result line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommandResult {
+    /// `NULL`: PING, SUBMIT, ABORT_JOBS, RETIRE_BATCH, SET_LEASE.
+    Ok,
+    /// One argument, the message (any command).
+    Error(String),
+    /// QUERY_BATCHES: one group of `(job name, status)` per requested
+    /// batch, in request order.
+    Batches { server_time: f64, groups: Vec<Vec<(String, String)>> },
+    /// FETCH_OUTPUT.
+    Output { exit_status: i64, elapsed_time: f64, cpu_time: f64 },
+}
+
+impl CommandResult {
+    pub fn error(message: impl Into<String>) -> Self {
+        CommandResult::Error(message.into())
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, CommandResult::Error(_))
+    }
+
+    /// `<reqid> <args...>`, every argument escaped.
+    pub fn encode(&self, reqid: ReqId) -> Vec<u8> {
+        let mut out = reqid.to_string().into_bytes();
+        let mut arg = |a: &[u8]| {
+            out.push(b' ');
+            escape_into(a, &mut out);
+        };
+        match self {
+            CommandResult::Ok => arg(b"NULL"),
+            CommandResult::Error(message) => arg(sanitize_message(message).as_bytes()),
+            CommandResult::Batches { server_time, groups } => {
+                arg(b"NULL");
+                arg(seconds(*server_time).as_bytes());
+                for group in groups {
+                    arg(group.len().to_string().as_bytes());
+                    for (job, status) in group {
+                        arg(job.as_bytes());
+                        arg(status.as_bytes());
+                    }
+                }
+            }
+            CommandResult::Output { exit_status, elapsed_time, cpu_time } => {
+                arg(b"NULL");
+                arg(exit_status.to_string().as_bytes());
+                arg(seconds(*elapsed_time).as_bytes());
+                arg(seconds(*cpu_time).as_bytes());
+            }
+        }
+        out
+    }
+}
+
+/// C's `%f`. A non-finite value (a bug upstream) is written as 0 so the
+/// client still gets a number.
+fn seconds(v: f64) -> String {
+    let v = if v.is_finite() { v } else { 0.0 };
+    format!("{v:.6}")
+}
+
+/// An error message must be non-empty and not `NULL` (which means success,
+/// §3.3), and is cut beyond [`MAX_ERROR_LEN`] at a char boundary, keeping
+/// the start.
+fn sanitize_message(message: &str) -> Cow<'_, str> {
+    if message.is_empty() {
+        return Cow::Borrowed("unknown error (empty message)");
+    }
+    if message == "NULL" {
+        return Cow::Borrowed("error: NULL");
+    }
+    if message.len() <= MAX_ERROR_LEN {
+        return Cow::Borrowed(message);
+    }
+    let mut end = MAX_ERROR_LEN;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}... (truncated)", &message[..end]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(bytes: Vec<u8>) -> String {
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn banner_fits_the_gridmanagers_buffer() {
+        assert!(BANNER.starts_with('$') && BANNER.ends_with(" $"));
+        let counted = BANNER.bytes().filter(|&b| b != b'\\').count();
+        assert!(counted <= 149, "{counted}");
+        // The description is one argument: no unescaped space inside it.
+        let args = super::super::escape::split_args(BANNER.as_bytes());
+        assert_eq!(args.len(), 7, "{args:?}");
+        assert_eq!(args[5], b"BOINC GAHP (rust) 0.1.0");
+    }
+
+    #[test]
+    fn return_lines() {
+        assert_eq!(text(ReturnLine::Success.encode()), "S");
+        assert_eq!(text(ReturnLine::Error.encode()), "E");
+        assert_eq!(text(ReturnLine::Notify.encode()), "R");
+        assert_eq!(text(ReturnLine::ResultsHeader(0).encode()), "S 0");
+        assert_eq!(text(ReturnLine::Version.encode()), "S $GahpVersion: 1.0.2 Nov 21 2026 BOINC\\ GAHP\\ (rust)\\ 0.1.0 $");
+        assert_eq!(
+            text(ReturnLine::Commands.encode()),
+            "S ASYNC_MODE_OFF ASYNC_MODE_ON BOINC_ABORT_JOBS BOINC_FETCH_OUTPUT BOINC_PING \
+             BOINC_QUERY_BATCHES BOINC_RETIRE_BATCH BOINC_SELECT_PROJECT BOINC_SET_LEASE \
+             BOINC_SUBMIT COMMANDS QUIT RESPONSE_PREFIX RESULTS VERSION"
+        );
+    }
+
+    #[test]
+    fn commands_are_sorted_and_unique() {
+        assert!(COMMANDS.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn results() {
+        let id = ReqId(7);
+        assert_eq!(text(CommandResult::Ok.encode(id)), "7 NULL");
+        assert_eq!(text(CommandResult::error("a b\\c\nd").encode(id)), "7 a\\ b\\\\c\\\nd");
+        let batches = CommandResult::Batches { server_time: 1716400010.5123, groups: vec![vec![("j 1".into(), "DONE".into())], vec![]] };
+        assert_eq!(text(batches.encode(id)), "7 NULL 1716400010.512300 1 j\\ 1 DONE 0");
+        let output = CommandResult::Output { exit_status: -3, elapsed_time: 3612.25, cpu_time: f64::NAN };
+        assert_eq!(text(output.encode(id)), "7 NULL -3 3612.250000 0.000000");
+        assert!(CommandResult::error("x").is_error());
+        assert!(!CommandResult::Ok.is_error());
+    }
+
+    #[test]
+    fn error_messages_are_sanitised() {
+        let id = ReqId(1);
+        assert_eq!(text(CommandResult::error("").encode(id)), "1 unknown\\ error\\ (empty\\ message)");
+        assert_eq!(text(CommandResult::error("NULL").encode(id)), "1 error:\\ NULL");
+        assert_eq!(text(CommandResult::error("a\0b").encode(id)), "1 a?b");
+
+        let exact = "é".repeat(MAX_ERROR_LEN / 2);
+        assert_eq!(sanitize_message(&exact), exact);
+        let long = format!("x{exact}");
+        let cut = sanitize_message(&long);
+        assert!(cut.starts_with("xé") && cut.ends_with("... (truncated)"));
+        assert!(cut.len() <= MAX_ERROR_LEN + 20);
+    }
+}
