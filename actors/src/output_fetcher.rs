@@ -1,0 +1,282 @@
+//! OutputFetcher: BOINC_FETCH_OUTPUT for one project. Every file is
+//! downloaded to a temporary file beside its destination and renamed into
+//! place, so it appears whole or not at all; a `.zip` output is extracted
+//! entry by entry with a zip library, refusing paths that leave the
+//! directory; renames are done here, never through a shell.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use actix::prelude::*;
+use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::gahp::{CommandResult, FetchMode, FetchOutput};
+
+use crate::projects::ProjectKey;
+use crate::rpc_client::{call, download, Call, Download, Retry, RpcClient, RpcError};
+
+pub struct OutputFetcher {
+    key: ProjectKey,
+    rpc: Addr<RpcClient>,
+}
+
+impl OutputFetcher {
+    pub fn new(key: ProjectKey, rpc: Addr<RpcClient>) -> Self {
+        OutputFetcher { key, rpc }
+    }
+}
+
+impl Actor for OutputFetcher {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "CommandResult")]
+pub struct Fetch {
+    pub fetch: FetchOutput,
+    pub deadline: Instant,
+}
+
+impl Handler<Fetch> for OutputFetcher {
+    type Result = ResponseFuture<CommandResult>;
+
+    fn handle(&mut self, msg: Fetch, _: &mut Context<Self>) -> Self::Result {
+        let (key, rpc) = (self.key.clone(), self.rpc.clone());
+        Box::pin(async move {
+            match fetch(&key, &rpc, &msg.fetch, msg.deadline).await {
+                Ok(r) => r,
+                Err(e) => CommandResult::Error(key.authenticator.redact_in(&e)),
+            }
+        })
+    }
+}
+
+async fn fetch(key: &ProjectKey, rpc: &Addr<RpcClient>, f: &FetchOutput, deadline: Instant) -> Result<CommandResult, String> {
+    let auth = &key.authenticator;
+    let xml = request::get_templates_for_job(auth, &f.job_name);
+    let templates = call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_templates, Retry::Idempotent, deadline))
+        .await
+        .map_err(|e| format!("error getting templates: {e}"))?;
+    if let Some(bad) = templates.outputs.iter().find(|n| !plain_file_name(n)) {
+        return Err(format!("error getting templates: -1 the app's output template names a file outside the job's directory: {bad}"));
+    }
+
+    let xml = request::query_completed_job(auth, &f.job_name);
+    let job = call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_query_completed_job, Retry::Idempotent, deadline))
+        .await
+        .map_err(|e| match e {
+            // The real server dies part-way for a job with no finished
+            // instance; the reference reports that as a parse failure.
+            RpcError::ServerFatal { message, .. } => {
+                format!("query_completed_job() returned -112 the job has no finished instance ({message})")
+            }
+            e => format!("query_completed_job() returned {e}"),
+        })?;
+
+    let dir = &f.dir;
+    if job.canonical_resultid != 0 || job.error_resultid != 0 {
+        let path = under(dir, &f.stderr_file);
+        append(&path, &job.stderr_out).map_err(|_| format!("can't open stderr output file {}", path.display()))?;
+    }
+
+    let get = |i: usize, dest: PathBuf| {
+        let url = request::output_url(&key.url, auth, &f.job_name, i);
+        async move { fetch_file(rpc, url, &dest, deadline).await.map_err(|e| format!("get_output_file() returned {e}")) }
+    };
+
+    let outputs = &templates.outputs;
+    if outputs.len() == 1 && outputs[0].ends_with(".zip") {
+        if f.job_name.contains('/') {
+            return Err("unzip failed: the job name contains '/'".into());
+        }
+        let zip = dir.join(format!("{}_output.zip", f.job_name));
+        get(0, zip.clone()).await?;
+        let target = dir.clone();
+        let extracted = tokio::task::spawn_blocking(move || {
+            let r = extract_zip(&zip, &target);
+            if r.is_ok() {
+                let _ = fs::remove_file(&zip);
+            }
+            r
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        extracted.map_err(|e| format!("unzip failed: {e}"))?;
+    } else {
+        match f.mode {
+            FetchMode::All => {
+                for (i, name) in outputs.iter().enumerate() {
+                    get(i, dir.join(name)).await?;
+                }
+            }
+            FetchMode::Some => {
+                for (k, spec) in f.specs.iter().enumerate() {
+                    let j = match outputs.iter().position(|n| *n == spec.src) {
+                        Some(j) => j,
+                        None if k >= outputs.len() => {
+                            return Err(format!("too many output files specified submit:{k} template:{}", outputs.len()))
+                        }
+                        None => k,
+                    };
+                    get(j, under(dir, Path::new(&spec.src))).await?;
+                }
+            }
+        }
+    }
+
+    // Renames apply in every mode; the first failure is the one reported.
+    let mut failed = None;
+    for spec in &f.specs {
+        if spec.src.as_bytes() == spec.dst.as_os_str().as_encoded_bytes() {
+            continue;
+        }
+        let (from, to) = (under(dir, Path::new(&spec.src)), under(dir, &spec.dst));
+        if let Err(e) = move_file(&from, &to) {
+            tracing::info!("mv {} -> {} failed: {e}", from.display(), to.display());
+            failed.get_or_insert_with(|| format!("mv failed: {} -> {}: {e}", from.display(), to.display()));
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    Ok(CommandResult::Output { exit_status: job.exit_status, elapsed_time: job.elapsed_time, cpu_time: job.cpu_time })
+}
+
+/// Downloads into a temporary file beside `dest`, then renames it over.
+async fn fetch_file(rpc: &Addr<RpcClient>, url: String, dest: &Path, deadline: Instant) -> Result<u64, RpcError> {
+    let tmp = temp_beside(dest);
+    let r = download(rpc, Download { url, dest: tmp.clone(), deadline }).await;
+    let r = r.and_then(|n| fs::rename(&tmp, dest).map(|_| n).map_err(|e| RpcError::Local(format!("can't create {}: {e}", dest.display()))));
+    if r.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    r
+}
+
+/// `path` if absolute, else `dir/path` (the reference joins with `/`).
+fn under(dir: &Path, path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        dir.join(path)
+    }
+}
+
+fn temp_beside(dest: &Path) -> PathBuf {
+    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    dest.with_file_name(format!(".{name}.{:08x}.part", rand::random::<u32>()))
+}
+
+/// A name a server may give us: one path component, nothing special.
+fn plain_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('\0')
+}
+
+fn append(path: &Path, text: &str) -> io::Result<()> {
+    let mut f = fs::OpenOptions::new().create(true).append(true).open(path)?;
+    if !text.is_empty() {
+        f.write_all(text.as_bytes())?;
+        if !text.ends_with('\n') {
+            f.write_all(b"\n")?;
+        }
+    }
+    Ok(())
+}
+
+/// rename(2), or across file systems a copy to a temporary file beside the
+/// target, fsync, rename, then removal of the source.
+fn move_file(from: &Path, to: &Path) -> io::Result<()> {
+    match fs::rename(from, to) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(18) => {
+            let tmp = temp_beside(to);
+            let copied = fs::copy(from, &tmp).and_then(|_| fs::File::open(&tmp)?.sync_all()).and_then(|_| fs::rename(&tmp, to));
+            if copied.is_err() {
+                let _ = fs::remove_file(&tmp);
+            }
+            copied?;
+            fs::remove_file(from)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Extracts every entry under `dir`; an entry whose path would leave `dir`
+/// (absolute, `..`) or that is a link fails the whole extraction. Each file
+/// is written to a temporary name and renamed, so none is left half-written.
+pub fn extract_zip(zip_path: &Path, dir: &Path) -> Result<(), String> {
+    let file = fs::File::open(zip_path).map_err(|e| e.to_string())?;
+    let mut archive = zip::ZipArchive::new(file).map_err(|e| e.to_string())?;
+    // Check every entry before writing anything.
+    for i in 0..archive.len() {
+        let entry = archive.by_index_raw(i).map_err(|e| e.to_string())?;
+        if entry.enclosed_name().is_none() || entry.is_symlink() {
+            return Err(format!("unsafe entry {:?} in the zip", entry.name()));
+        }
+    }
+    for i in 0..archive.len() {
+        let mut entry = archive.by_index(i).map_err(|e| e.to_string())?;
+        let rel = entry.enclosed_name().ok_or_else(|| format!("unsafe entry {:?}", entry.name()))?;
+        let out = dir.join(rel);
+        if entry.is_dir() {
+            fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+            continue;
+        }
+        if let Some(parent) = out.parent() {
+            fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        }
+        let tmp = temp_beside(&out);
+        let written = fs::File::create(&tmp)
+            .and_then(|mut f| io::copy(&mut entry, &mut f).and_then(|_| f.sync_all()))
+            .and_then(|_| fs::rename(&tmp, &out));
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(format!("{}: {e}", out.display()));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zip_with(entries: &[(&str, &[u8])]) -> tempfile::NamedTempFile {
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        let mut w = zip::ZipWriter::new(tmp.reopen().unwrap());
+        for (name, data) in entries {
+            w.start_file(*name, zip::write::SimpleFileOptions::default()).unwrap();
+            w.write_all(data).unwrap();
+        }
+        w.finish().unwrap();
+        tmp
+    }
+
+    #[test]
+    fn extracts_inside_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let z = zip_with(&[("a.txt", b"A"), ("sub/b.txt", b"B")]);
+        extract_zip(z.path(), dir.path()).unwrap();
+        assert_eq!(fs::read(dir.path().join("a.txt")).unwrap(), b"A");
+        assert_eq!(fs::read(dir.path().join("sub/b.txt")).unwrap(), b"B");
+    }
+
+    #[test]
+    fn refuses_entries_that_escape() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["../evil.txt", "/etc/evil.txt", "a/../../evil.txt"] {
+            let z = zip_with(&[("ok.txt", b"fine"), (bad, b"evil")]);
+            assert!(extract_zip(z.path(), dir.path()).is_err(), "{bad}");
+            assert!(!dir.path().join("ok.txt").exists(), "nothing written when one entry is bad");
+        }
+    }
+
+    #[test]
+    fn server_names_must_be_plain() {
+        assert!(plain_file_name("out.dat"));
+        for bad in ["", ".", "..", "../x", "a/b"] {
+            assert!(!plain_file_name(bad));
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! ProjectTree: one per selected project. Owns the project's RpcClient,
+//! BatchMonitor and OutputFetcher, starts a SubmitPipeline per submit, and
+//! renders every outcome into the command's result line (the one place
+//! where typed errors become text, with the authenticator redacted).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::gahp::{AsyncCommand, CommandResult};
+
+use crate::batch_monitor::{BatchMonitor, Query};
+use crate::config::DaemonConfig;
+use crate::file_stager::FileStager;
+use crate::output_fetcher::{Fetch, OutputFetcher};
+use crate::projects::ProjectKey;
+use crate::rpc_client::{call, Call, Retry, RpcClient};
+use crate::submit_pipeline::{RunPipeline, SubmitPipeline};
+
+pub struct ProjectTree {
+    key: ProjectKey,
+    config: Arc<DaemonConfig>,
+    stager: Addr<FileStager>,
+    rpc: Addr<RpcClient>,
+    monitor: Addr<BatchMonitor>,
+    fetcher: Addr<OutputFetcher>,
+}
+
+impl ProjectTree {
+    pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, stager: Addr<FileStager>) -> Self {
+        let rpc = RpcClient::new(key.clone(), config.clone()).start();
+        let monitor = BatchMonitor::new(key.clone(), config.clone(), rpc.clone()).start();
+        let fetcher = OutputFetcher::new(key.clone(), rpc.clone()).start();
+        ProjectTree { key, config, stager, rpc, monitor, fetcher }
+    }
+}
+
+impl Actor for ProjectTree {
+    type Context = Context<Self>;
+}
+
+/// Carry out one asynchronous command; always yields its result.
+#[derive(Message)]
+#[rtype(result = "CommandResult")]
+pub struct Run {
+    pub command: AsyncCommand,
+}
+
+impl Handler<Run> for ProjectTree {
+    type Result = ResponseFuture<CommandResult>;
+
+    fn handle(&mut self, msg: Run, _: &mut Context<Self>) -> Self::Result {
+        if let Some(name) = &self.config.panic_on {
+            if names(&msg.command).any(|n| n == name) {
+                panic!("test hook: a command named {name}");
+            }
+        }
+        let deadline = Instant::now() + self.config.command_timeout;
+        let auth = self.key.authenticator.clone();
+        let rpc = self.rpc.clone();
+        let work: ResponseFuture<CommandResult> = match msg.command {
+            AsyncCommand::Ping => Box::pin(async move {
+                let c = Call::new(Script::SubmitRpcHandler, request::ping(), reply::parse_ping, Retry::Idempotent, deadline);
+                done(call(&rpc, c).await, "ping_server returned")
+            }),
+            AsyncCommand::Submit(batch) => {
+                let pipeline =
+                    SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), batch, deadline).start();
+                Box::pin(async move {
+                    pipeline.send(RunPipeline).await.unwrap_or_else(|_| {
+                        CommandResult::Error("error submitting jobs: internal error (the submit pipeline stopped)".into())
+                    })
+                })
+            }
+            AsyncCommand::QueryBatches { min_mod_time, batches } => {
+                let monitor = self.monitor.clone();
+                Box::pin(async move {
+                    monitor
+                        .send(Query { min_mod_time, batches, deadline })
+                        .await
+                        .unwrap_or_else(|_| CommandResult::Error("error querying batch: internal error".into()))
+                })
+            }
+            AsyncCommand::FetchOutput(fetch) => {
+                let fetcher = self.fetcher.clone();
+                Box::pin(async move {
+                    fetcher
+                        .send(Fetch { fetch, deadline })
+                        .await
+                        .unwrap_or_else(|_| CommandResult::Error("get_output_file() returned -1 internal error".into()))
+                })
+            }
+            AsyncCommand::AbortJobs { jobs } => Box::pin(async move {
+                let c = Call::new(
+                    Script::SubmitRpcHandler,
+                    request::abort_jobs(&auth, &jobs),
+                    reply::parse_success,
+                    Retry::Idempotent,
+                    deadline,
+                );
+                done(call(&rpc, c).await, "abort_jobs() returned")
+            }),
+            AsyncCommand::RetireBatch { batch } => Box::pin(async move {
+                let c = Call::new(
+                    Script::SubmitRpcHandler,
+                    request::retire_batch(&auth, &batch),
+                    reply::parse_success,
+                    Retry::Idempotent,
+                    deadline,
+                );
+                done(call(&rpc, c).await, "retire_batch() returned")
+            }),
+            AsyncCommand::SetLease { batch, lease_time } => Box::pin(async move {
+                let xml = request::set_expire_time(&auth, &batch, lease_time);
+                let c = Call::new(Script::SubmitRpcHandler, xml, reply::parse_success, Retry::Idempotent, deadline);
+                done(call(&rpc, c).await, "set_lease() returned")
+            }),
+        };
+        let auth = self.key.authenticator.clone();
+        Box::pin(async move {
+            match work.await {
+                CommandResult::Error(msg) => CommandResult::Error(auth.redact_in(&msg)),
+                other => other,
+            }
+        })
+    }
+}
+
+/// `NULL`, or the reference's `<operation> <n> <msg>` error text.
+fn done<E: std::fmt::Display>(r: Result<(), E>, operation: &str) -> CommandResult {
+    match r {
+        Ok(()) => CommandResult::Ok,
+        Err(e) => CommandResult::Error(format!("{operation} {e}")),
+    }
+}
+
+/// Batch and job names a command refers to (for the test hook).
+fn names(c: &AsyncCommand) -> Box<dyn Iterator<Item = &String> + '_> {
+    match c {
+        AsyncCommand::Ping => Box::new(std::iter::empty()),
+        AsyncCommand::Submit(b) => Box::new(std::iter::once(&b.batch_name).chain(b.jobs.iter().map(|j| &j.name))),
+        AsyncCommand::QueryBatches { batches, .. } => Box::new(batches.iter()),
+        AsyncCommand::FetchOutput(f) => Box::new(std::iter::once(&f.job_name)),
+        AsyncCommand::AbortJobs { jobs } => Box::new(jobs.iter()),
+        AsyncCommand::RetireBatch { batch } | AsyncCommand::SetLease { batch, .. } => Box::new(std::iter::once(batch)),
+    }
+}

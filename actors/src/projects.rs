@@ -1,0 +1,112 @@
+//! Projects: the credential registry. Each (project URL, authenticator) gets
+//! its own `ProjectTree`, created on first use. This is also the edge where
+//! every accepted request is turned into exactly one result: whatever happens
+//! to the tree (an error, a panic that kills it, a timeout), `Complete` is
+//! sent once for the request id.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use actix::prelude::*;
+use gahp_protocol::gahp::{AsyncCommand, CommandResult, ReqId};
+use gahp_protocol::Authenticator;
+
+use crate::config::DaemonConfig;
+use crate::file_stager::FileStager;
+use crate::project_tree::{ProjectTree, Run};
+use crate::result_queue::{Complete, ResultQueue};
+
+/// A project as selected by BOINC_SELECT_PROJECT.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ProjectKey {
+    /// The master URL, always ending with `/` (script names are appended).
+    pub url: String,
+    pub authenticator: Authenticator,
+}
+
+impl ProjectKey {
+    pub fn new(url: &str, authenticator: Authenticator) -> Self {
+        let mut url = url.to_string();
+        if !url.ends_with('/') {
+            url.push('/');
+        }
+        ProjectKey { url, authenticator }
+    }
+}
+
+impl std::fmt::Debug for ProjectKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ProjectKey({})", self.url)
+    }
+}
+
+pub struct Projects {
+    config: Arc<DaemonConfig>,
+    queue: Addr<ResultQueue>,
+    stager: Addr<FileStager>,
+    trees: HashMap<ProjectKey, Addr<ProjectTree>>,
+}
+
+impl Projects {
+    pub fn new(config: Arc<DaemonConfig>, queue: Addr<ResultQueue>, stager: Addr<FileStager>) -> Self {
+        Projects { config, queue, stager, trees: HashMap::new() }
+    }
+
+    /// The project's tree; a tree that died (a panic) is replaced by a new one.
+    fn tree(&mut self, key: &ProjectKey) -> Addr<ProjectTree> {
+        if let Some(addr) = self.trees.get(key) {
+            if addr.connected() {
+                return addr.clone();
+            }
+            tracing::warn!(project = %key.url, "restarting the project's actor tree");
+        }
+        let addr = ProjectTree::new(key.clone(), self.config.clone(), self.stager.clone()).start();
+        self.trees.insert(key.clone(), addr.clone());
+        addr
+    }
+}
+
+impl Actor for Projects {
+    type Context = Context<Self>;
+}
+
+/// An accepted asynchronous command, bound to the project selected when its
+/// line was read (`None`: nothing was selected yet).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Dispatch {
+    pub reqid: ReqId,
+    pub project: Option<ProjectKey>,
+    pub command: AsyncCommand,
+}
+
+impl Handler<Dispatch> for Projects {
+    type Result = ();
+
+    fn handle(&mut self, msg: Dispatch, ctx: &mut Context<Self>) {
+        let Dispatch { reqid, project, command } = msg;
+        let queue = self.queue.clone();
+        let Some(key) = project else {
+            queue.do_send(Complete { reqid, result: CommandResult::Error("no project selected".into()) });
+            return;
+        };
+        let tree = self.tree(&key);
+        let code = command.code();
+        // The tree bounds its own work by command_timeout; this is the net
+        // under it, so that a result comes even if something hangs.
+        let limit = self.config.command_timeout + std::time::Duration::from_secs(15);
+        ctx.spawn(
+            async move {
+                let result = match tokio::time::timeout(limit, tree.send(Run { command })).await {
+                    Ok(Ok(result)) => result,
+                    Ok(Err(_)) => CommandResult::Error(format!(
+                        "{code} failed: internal error (the project's worker stopped); the command may not have completed"
+                    )),
+                    Err(_) => CommandResult::Error(format!("{code} timed out after {} s", limit.as_secs())),
+                };
+                queue.do_send(Complete { reqid, result });
+            }
+            .into_actor(self),
+        );
+    }
+}

@@ -1,0 +1,338 @@
+//! RpcClient: one per project. Speaks HTTP to the project's scripts through
+//! one awc client (connection reuse, bounded concurrency, timeouts) and
+//! classifies what comes back: a BOINC error reply (reported), a transient
+//! failure (connect, timeout, 5xx, 429, torn or unusable reply: retried with
+//! backoff and jitter when the call is idempotent), or a permanent one.
+//!
+//! Calls that create something on the server (create_batch, submit_batch,
+//! query_files with a batch, upload_files) are sent with [`Retry::Once`]:
+//! after a lost reply the caller must first ask the server what happened
+//! (see `submit_pipeline.rs`), so a retry never creates anything twice.
+
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use awc::http::{header, StatusCode};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use gahp_protocol::boinc::{reply, ReplyError, Script};
+use rand::Rng;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::Semaphore;
+
+use crate::config::DaemonConfig;
+use crate::projects::ProjectKey;
+
+/// Largest reply body we read (a query_batch2 over 100,000 jobs is ~15 MB).
+const MAX_REPLY: usize = 256 << 20;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RpcError {
+    /// The server answered with a BOINC error.
+    #[error("{num} {msg}")]
+    Boinc { num: i64, msg: String },
+    /// Transient failures until the deadline (or after one attempt for
+    /// [`Retry::Once`]).
+    #[error("-184 transient HTTP failure ({detail}); gave up after {attempts} attempt(s) in {secs} s")]
+    Transient { detail: String, attempts: u32, secs: u64 },
+    /// The server script died (a PHP fatal error page).
+    #[error("-1 server error: {message}")]
+    ServerFatal { message: String, duplicate_entry: bool },
+    /// An HTTP status that retrying will not change (404, 403, a redirect).
+    #[error("-224 HTTP status {status} from the project (check the project URL)")]
+    HttpStatus { status: u16 },
+    /// Something on our side (a file, an internal error).
+    #[error("-1 {0}")]
+    Local(String),
+}
+
+impl RpcError {
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RpcError::Transient { .. })
+    }
+
+    pub fn is_duplicate_entry(&self) -> bool {
+        matches!(self, RpcError::ServerFatal { duplicate_entry: true, .. })
+    }
+
+    fn from_reply(e: ReplyError) -> Attempt {
+        match e {
+            ReplyError::Boinc { num, msg } => Attempt::Failed(RpcError::Boinc { num, msg }),
+            ReplyError::PhpFatal { .. } => {
+                let duplicate_entry = e.is_duplicate_entry();
+                let ReplyError::PhpFatal { message } = e else { unreachable!() };
+                Attempt::Failed(RpcError::ServerFatal { message, duplicate_entry })
+            }
+            ReplyError::Malformed(why) => Attempt::Transient(why),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Safe to repeat: retried on transient failures until the deadline.
+    Idempotent,
+    /// May have acted even when the reply was lost: one attempt only.
+    Once,
+}
+
+/// A file part of an upload_files request.
+#[derive(Debug, Clone)]
+pub struct Attachment {
+    pub filename: String,
+    pub content: Bytes,
+}
+
+/// One RPC: a POST of `xml` (form field `request`) to `script`, its reply
+/// parsed with `parse`.
+pub struct Call<T> {
+    pub script: Script,
+    pub xml: String,
+    pub attachments: Vec<Attachment>,
+    pub parse: fn(&[u8]) -> Result<T, ReplyError>,
+    pub retry: Retry,
+    pub deadline: Instant,
+}
+
+impl<T> Call<T> {
+    pub fn new(script: Script, xml: String, parse: fn(&[u8]) -> Result<T, ReplyError>, retry: Retry, deadline: Instant) -> Self {
+        Call { script, xml, attachments: Vec::new(), parse, retry, deadline }
+    }
+}
+
+impl<T: Send + 'static> Message for Call<T> {
+    type Result = Result<T, RpcError>;
+}
+
+/// Downloads `url` (it carries the authenticator: never logged) into `dest`,
+/// which is created or truncated per attempt. Returns the byte count.
+#[derive(Message)]
+#[rtype(result = "Result<u64, RpcError>")]
+pub struct Download {
+    pub url: String,
+    pub dest: PathBuf,
+    pub deadline: Instant,
+}
+
+/// Sends a message to the client, turning a dead mailbox into an error.
+pub async fn call<T: Send + 'static>(rpc: &Addr<RpcClient>, c: Call<T>) -> Result<T, RpcError> {
+    rpc.send(c).await.unwrap_or_else(|_| Err(RpcError::Local("internal error: HTTP client stopped".into())))
+}
+
+pub async fn download(rpc: &Addr<RpcClient>, d: Download) -> Result<u64, RpcError> {
+    rpc.send(d).await.unwrap_or_else(|_| Err(RpcError::Local("internal error: HTTP client stopped".into())))
+}
+
+/// Outcome of one attempt.
+enum Attempt {
+    Failed(RpcError),
+    Transient(String),
+}
+
+#[derive(Clone)]
+pub struct RpcClient {
+    key: ProjectKey,
+    client: awc::Client,
+    limit: Rc<Semaphore>,
+    config: Arc<DaemonConfig>,
+}
+
+impl Actor for RpcClient {
+    type Context = Context<Self>;
+}
+
+impl RpcClient {
+    pub fn new(key: ProjectKey, config: Arc<DaemonConfig>) -> Self {
+        let mut connector = awc::Connector::new().timeout(config.connect_timeout);
+        match tls_config(&config.ca_files) {
+            Ok(tls) => connector = connector.rustls_0_23(Arc::new(tls)),
+            Err(e) => tracing::error!("TLS set-up failed, https will not work: {e}"),
+        }
+        let client = awc::Client::builder()
+            .connector(connector)
+            .disable_redirects()
+            .timeout(config.rpc_timeout)
+            .add_default_header((header::USER_AGENT, "BOINC Condor adapter (boinc-gahp)"))
+            .finish();
+        RpcClient { key, client, limit: Rc::new(Semaphore::new(config.max_concurrent_rpcs.max(1))), config }
+    }
+
+    fn per_attempt_timeout(&self, deadline: Instant) -> Option<Duration> {
+        let left = deadline.checked_duration_since(Instant::now())?;
+        (left > Duration::from_millis(50)).then(|| left.min(self.config.rpc_timeout))
+    }
+
+    async fn post_once<T>(&self, call: &Call<T>, timeout: Duration) -> Result<T, Attempt> {
+        let url = format!("{}{}", self.key.url, call.script.path());
+        let (content_type, body) = multipart(&call.xml, &call.attachments);
+        let _permit = self.limit.acquire().await.map_err(|_| Attempt::Transient("client closed".into()))?;
+        let mut res = self
+            .client
+            .post(url)
+            .timeout(timeout)
+            .insert_header((header::CONTENT_TYPE, content_type))
+            .send_body(body)
+            .await
+            .map_err(|e| Attempt::Transient(format!("{e}")))?;
+        classify_status(res.status())?;
+        let body = res.body().limit(MAX_REPLY).await.map_err(|e| Attempt::Transient(format!("reply cut short: {e}")))?;
+        (call.parse)(&body).map_err(RpcError::from_reply)
+    }
+
+    async fn run_call<T>(self, call: Call<T>) -> Result<T, RpcError> {
+        let started = Instant::now();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let Some(timeout) = self.per_attempt_timeout(call.deadline) else {
+                return Err(RpcError::Transient { detail: "no time left".into(), attempts, secs: started.elapsed().as_secs() });
+            };
+            match self.post_once(&call, timeout).await {
+                Ok(v) => return Ok(v),
+                Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::Transient(detail)) => {
+                    tracing::info!(project = %self.key.url, script = call.script.path(), attempts, "transient failure: {detail}");
+                    if call.retry == Retry::Once || !backoff(&self.config, attempts, call.deadline).await {
+                        return Err(RpcError::Transient { detail, attempts, secs: started.elapsed().as_secs() });
+                    }
+                }
+            }
+        }
+    }
+
+    async fn get_once(&self, d: &Download, timeout: Duration) -> Result<u64, Attempt> {
+        let _permit = self.limit.acquire().await.map_err(|_| Attempt::Transient("client closed".into()))?;
+        let mut res = self.client.get(&d.url).timeout(timeout).send().await.map_err(|e| Attempt::Transient(format!("{e}")))?;
+        classify_status(res.status())?;
+        // Only a real file carries Content-Disposition; errors are 200 + text.
+        if !res.headers().contains_key(header::CONTENT_DISPOSITION) {
+            let body = res.body().limit(4096).await.unwrap_or_default();
+            return Err(Attempt::Failed(RpcError::Boinc { num: -1, msg: reply::download_error(&body) }));
+        }
+        let mut file = tokio::fs::File::create(&d.dest)
+            .await
+            .map_err(|e| Attempt::Failed(RpcError::Local(format!("can't create {}: {e}", d.dest.display()))))?;
+        let mut total = 0u64;
+        loop {
+            let next = tokio::time::timeout(self.config.download_stall_timeout, res.next()).await;
+            match next {
+                Err(_) => return Err(Attempt::Transient("download stalled".into())),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(Attempt::Transient(format!("download cut short: {e}"))),
+                Ok(Some(Ok(chunk))) => {
+                    total += chunk.len() as u64;
+                    file.write_all(&chunk)
+                        .await
+                        .map_err(|e| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display()))))?;
+                }
+            }
+        }
+        file.sync_all().await.map_err(|e| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display()))))?;
+        Ok(total)
+    }
+
+    async fn run_download(self, d: Download) -> Result<u64, RpcError> {
+        let started = Instant::now();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            // Large files: no total timeout, a stall timeout instead.
+            let Some(_) = self.per_attempt_timeout(d.deadline) else {
+                return Err(RpcError::Transient { detail: "no time left".into(), attempts, secs: started.elapsed().as_secs() });
+            };
+            match self.get_once(&d, self.config.rpc_timeout.max(Duration::from_secs(3600))).await {
+                Ok(n) => return Ok(n),
+                Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::Transient(detail)) => {
+                    tracing::info!(project = %self.key.url, attempts, "download failed: {detail}");
+                    if !backoff(&self.config, attempts, d.deadline).await {
+                        return Err(RpcError::Transient { detail, attempts, secs: started.elapsed().as_secs() });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Waits before attempt `attempt + 1`: exponential from `retry_base`, capped
+/// at `retry_max`, with jitter so that many clients do not retry in step.
+/// Returns `false` (without waiting) when that would pass the deadline.
+pub async fn backoff(config: &DaemonConfig, attempt: u32, deadline: Instant) -> bool {
+    let exp = config.retry_base.saturating_mul(1u32 << attempt.clamp(1, 16).saturating_sub(1));
+    let delay = exp.min(config.retry_max).mul_f64(rand::thread_rng().gen_range(0.5..=1.0));
+    if Instant::now() + delay + Duration::from_millis(100) >= deadline {
+        return false;
+    }
+    tokio::time::sleep(delay).await;
+    true
+}
+
+fn classify_status(status: StatusCode) -> Result<(), Attempt> {
+    if status == StatusCode::OK {
+        Ok(())
+    } else if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::REQUEST_TIMEOUT {
+        Err(Attempt::Transient(format!("HTTP {}", status.as_u16())))
+    } else {
+        Err(Attempt::Failed(RpcError::HttpStatus { status: status.as_u16() }))
+    }
+}
+
+/// A multipart/form-data body as BOINC's C client sends it: the XML in the
+/// field `request`, then one part per file, paired with names by position.
+fn multipart(xml: &str, files: &[Attachment]) -> (String, Bytes) {
+    let boundary = format!("------------------------{:016x}", rand::random::<u64>());
+    let size = xml.len() + files.iter().map(|f| f.content.len() + 200).sum::<usize>() + 200;
+    let mut body = Vec::with_capacity(size);
+    body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n").as_bytes());
+    body.extend_from_slice(xml.as_bytes());
+    body.extend_from_slice(b"\r\n");
+    for (i, f) in files.iter().enumerate() {
+        let filename: String = f.filename.chars().map(|c| if c == '"' || c.is_control() { '_' } else { c }).collect();
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"file_{i}\"; filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(&f.content);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), Bytes::from(body))
+}
+
+/// Web roots plus the CA files HTCondor passes in GAHP_SSL_CAFILE/CADIR.
+fn tls_config(ca_files: &[PathBuf]) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for path in ca_files {
+        let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        for cert in rustls_pemfile::certs(&mut std::io::BufReader::new(file)) {
+            let cert = cert.map_err(|e| format!("{}: {e}", path.display()))?;
+            roots.add(cert).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+impl<T: Send + 'static> Handler<Call<T>> for RpcClient {
+    type Result = ResponseFuture<Result<T, RpcError>>;
+    fn handle(&mut self, msg: Call<T>, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(self.clone().run_call(msg))
+    }
+}
+
+impl Handler<Download> for RpcClient {
+    type Result = ResponseFuture<Result<u64, RpcError>>;
+    fn handle(&mut self, msg: Download, _: &mut Context<Self>) -> Self::Result {
+        Box::pin(self.clone().run_download(msg))
+    }
+}

@@ -1,0 +1,430 @@
+//! SubmitPipeline: one actor per BOINC_SUBMIT.
+//!
+//! get_templates -> stage inputs (MD5 names) -> find or create the batch ->
+//! query_files (ties present files to the batch) -> upload_files (absent
+//! ones, at most `upload_chunk` per call) -> submit_batch.
+//!
+//! A step that failed transiently is retried with backoff; finished steps are
+//! not redone. Steps that create something are sent once, and after a lost
+//! reply the pipeline asks the server what it has before trying again:
+//! * the batch is looked up by name before it is created (a real server
+//!   does not refuse a second batch of the same name);
+//! * a lost query_files/upload_files is followed by query_files without a
+//!   batch (no side effect) and per-file association, where a duplicate-key
+//!   error means "already associated" (the real server dies on re-association);
+//! * a lost submit_batch is followed by query_batch: jobs there mean done.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use actix::prelude::*;
+use bytes::Bytes;
+use gahp_protocol::boinc::{reply, request, BatchInfo, Script, SubmitJob, SubmitParams};
+use gahp_protocol::gahp::{CommandResult, ParamValue, SubmitBatch};
+
+use crate::config::DaemonConfig;
+use crate::file_stager::{FileStager, Stage, StagedFile};
+use crate::projects::ProjectKey;
+use crate::rpc_client::{backoff, call, Attachment, Call, Retry, RpcClient, RpcError};
+
+#[derive(Debug, thiserror::Error)]
+enum SubmitError {
+    #[error("no jobs")]
+    NoJobs,
+    #[error("invalid job parameter {name}: '{value}' is not a number")]
+    BadParam { name: &'static str, value: String },
+    #[error("job name {0} appears twice in the batch")]
+    DuplicateJob(String),
+    #[error("error getting templates: {0}")]
+    Templates(RpcError),
+    #[error("error processing input files: -1 job {job} has {got} input file(s) but app {app} takes {need}")]
+    InputCount { job: String, app: String, need: usize, got: usize },
+    #[error("error processing input files: -108 {0}")]
+    LocalFile(String),
+    #[error("error processing input files: {0}")]
+    Files(RpcError),
+    #[error("error creating batch: {0}")]
+    CreateBatch(RpcError),
+    #[error("error creating batch: -1 a batch named {0} already exists on the server with other jobs")]
+    NameTaken(String),
+    #[error("error submitting jobs: {0}")]
+    Submit(RpcError),
+}
+
+type Step<T> = Result<T, SubmitError>;
+
+pub struct SubmitPipeline {
+    key: ProjectKey,
+    config: Arc<DaemonConfig>,
+    rpc: Addr<RpcClient>,
+    stager: Addr<FileStager>,
+    batch: Option<SubmitBatch>,
+    deadline: Instant,
+}
+
+impl SubmitPipeline {
+    pub fn new(
+        key: ProjectKey,
+        config: Arc<DaemonConfig>,
+        rpc: Addr<RpcClient>,
+        stager: Addr<FileStager>,
+        batch: SubmitBatch,
+        deadline: Instant,
+    ) -> Self {
+        SubmitPipeline { key, config, rpc, stager, batch: Some(batch), deadline }
+    }
+}
+
+impl Actor for SubmitPipeline {
+    type Context = Context<Self>;
+}
+
+#[derive(Message)]
+#[rtype(result = "CommandResult")]
+pub struct RunPipeline;
+
+impl Handler<RunPipeline> for SubmitPipeline {
+    type Result = ResponseActFuture<Self, CommandResult>;
+
+    fn handle(&mut self, _: RunPipeline, _: &mut Context<Self>) -> Self::Result {
+        let run = Run {
+            key: self.key.clone(),
+            config: self.config.clone(),
+            rpc: self.rpc.clone(),
+            stager: self.stager.clone(),
+            deadline: self.deadline,
+        };
+        let batch = self.batch.take();
+        Box::pin(
+            async move {
+                let Some(batch) = batch else {
+                    return CommandResult::Error("error submitting jobs: pipeline ran twice".into());
+                };
+                let name = batch.batch_name.clone();
+                match run.submit(batch).await {
+                    Ok(()) => CommandResult::Ok,
+                    Err(e) => {
+                        tracing::info!(batch = %name, "submit failed: {e}");
+                        CommandResult::Error(e.to_string())
+                    }
+                }
+            }
+            .into_actor(self)
+            // One pipeline per submit: it ends with its command.
+            .map(|result, _, ctx| {
+                ctx.stop();
+                result
+            }),
+        )
+    }
+}
+
+/// What the pipeline needs while it runs (owned by its future).
+struct Run {
+    key: ProjectKey,
+    config: Arc<DaemonConfig>,
+    rpc: Addr<RpcClient>,
+    stager: Addr<FileStager>,
+    deadline: Instant,
+}
+
+enum BatchSlot {
+    /// An empty batch (new, or left by an earlier attempt) to fill.
+    Empty(i64),
+    /// The server already has these jobs in a batch of this name.
+    AlreadySubmitted,
+}
+
+impl Run {
+    async fn submit(&self, batch: SubmitBatch) -> Step<()> {
+        if batch.jobs.is_empty() {
+            return Err(SubmitError::NoJobs);
+        }
+        let params = submit_params(&batch)?;
+        let mut seen = HashSet::new();
+        if let Some(dup) = batch.jobs.iter().find(|j| !seen.insert(j.name.as_str())) {
+            return Err(SubmitError::DuplicateJob(dup.name.clone()));
+        }
+        let auth = &self.key.authenticator;
+
+        let templates = self
+            .idempotent(Script::SubmitRpcHandler, request::get_templates_for_app(auth, &batch.app_name), reply::parse_templates)
+            .await
+            .map_err(SubmitError::Templates)?;
+        if let Some(job) = batch.jobs.iter().find(|j| j.inputs.len() != templates.inputs.len()) {
+            return Err(SubmitError::InputCount {
+                job: job.name.clone(),
+                app: batch.app_name.clone(),
+                need: templates.inputs.len(),
+                got: job.inputs.len(),
+            });
+        }
+
+        // Hash before touching the server: a missing file fails early and
+        // leaves no empty batch behind.
+        let staged = self.stage(&batch).await?;
+        let mut names: Vec<&str> = Vec::new();
+        let mut seen_names = HashSet::new();
+        for f in staged.values() {
+            if seen_names.insert(f.phys_name.as_str()) {
+                names.push(&f.phys_name);
+            }
+        }
+        names.sort_unstable();
+
+        let batch_id = match self.find_or_create_batch(&batch).await? {
+            BatchSlot::AlreadySubmitted => {
+                tracing::info!(batch = %batch.batch_name, "already on the server; nothing to do");
+                return Ok(());
+            }
+            BatchSlot::Empty(id) => id,
+        };
+
+        let names: Vec<String> = names.into_iter().map(String::from).collect();
+        let absent = self.associate(batch_id, &names).await?;
+        let by_name: HashMap<&str, &StagedFile> = staged.values().map(|f| (f.phys_name.as_str(), f)).collect();
+        for chunk in absent.chunks(self.config.upload_chunk.max(1)) {
+            self.upload(batch_id, chunk, &by_name).await?;
+        }
+
+        let jobs: Vec<SubmitJob> = batch
+            .jobs
+            .iter()
+            .map(|j| SubmitJob {
+                name: &j.name,
+                args: &j.args,
+                files: j.inputs.iter().map(|i| staged[&i.src].phys_name.as_str()).collect(),
+            })
+            .collect();
+        let xml = request::submit_batch(auth, batch_id, &batch.app_name, &params, &jobs);
+        drop(jobs);
+        self.submit_jobs(batch_id, xml, &batch).await
+    }
+
+    async fn idempotent<T: Send + 'static>(
+        &self,
+        script: Script,
+        xml: String,
+        parse: fn(&[u8]) -> Result<T, gahp_protocol::boinc::ReplyError>,
+    ) -> Result<T, RpcError> {
+        call(&self.rpc, Call::new(script, xml, parse, Retry::Idempotent, self.deadline)).await
+    }
+
+    async fn once<T: Send + 'static>(
+        &self,
+        script: Script,
+        xml: String,
+        parse: fn(&[u8]) -> Result<T, gahp_protocol::boinc::ReplyError>,
+    ) -> Result<T, RpcError> {
+        call(&self.rpc, Call::new(script, xml, parse, Retry::Once, self.deadline)).await
+    }
+
+    /// Waits before retrying a step; the error when the deadline is near.
+    async fn pause(&self, attempt: u32, last: RpcError, wrap: fn(RpcError) -> SubmitError) -> Step<()> {
+        if backoff(&self.config, attempt, self.deadline).await {
+            Ok(())
+        } else {
+            Err(wrap(last))
+        }
+    }
+
+    async fn stage(&self, batch: &SubmitBatch) -> Step<HashMap<PathBuf, StagedFile>> {
+        let mut seen = HashSet::new();
+        let paths: Vec<PathBuf> =
+            batch.jobs.iter().flat_map(|j| j.inputs.iter()).filter(|i| seen.insert(&i.src)).map(|i| i.src.clone()).collect();
+        let staged = self
+            .stager
+            .send(Stage(paths))
+            .await
+            .map_err(|_| SubmitError::LocalFile("internal error: file stager stopped".into()))?
+            .map_err(|e| SubmitError::LocalFile(e.0))?;
+        let hashed = staged.iter().filter(|f| !f.from_cache).count();
+        tracing::info!(batch = %batch.batch_name, files = staged.len(), hashed, cached = staged.len() - hashed, "staged input files");
+        Ok(staged.into_iter().map(|f| (f.path.clone(), f)).collect())
+    }
+
+    /// The batch to fill: an empty one of this name if the server has it (a
+    /// create whose reply was lost, or a resubmit after a restart), else a
+    /// new one. Asking first is what keeps a retry from making two.
+    async fn find_or_create_batch(&self, batch: &SubmitBatch) -> Step<BatchSlot> {
+        let auth = &self.key.authenticator;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let found = self
+                .idempotent(Script::SubmitRpcHandler, request::query_batch_by_name(auth, &batch.batch_name), reply::parse_query_batch)
+                .await;
+            match found {
+                Ok(info) => return self.reuse(info, batch),
+                Err(RpcError::Boinc { ref msg, .. }) if msg == "no such batch" => {}
+                Err(e) => return Err(SubmitError::CreateBatch(e)),
+            }
+            let expire = unix_now() + self.config.initial_expire.as_secs_f64();
+            let created = self
+                .once(
+                    Script::SubmitRpcHandler,
+                    request::create_batch(auth, &batch.batch_name, &batch.app_name, expire),
+                    reply::parse_create_batch,
+                )
+                .await;
+            match created {
+                Ok(id) => return Ok(BatchSlot::Empty(id)),
+                // It may or may not exist now: look again before retrying.
+                Err(e) if e.is_transient() || matches!(e, RpcError::ServerFatal { .. }) => {
+                    self.pause(attempt, e, SubmitError::CreateBatch).await?
+                }
+                Err(e) => return Err(SubmitError::CreateBatch(e)),
+            }
+        }
+    }
+
+    fn reuse(&self, info: BatchInfo, batch: &SubmitBatch) -> Step<BatchSlot> {
+        if info.state == 0 && info.jobs.is_empty() {
+            tracing::info!(batch = %batch.batch_name, id = info.id, "reusing the empty batch of this name");
+            return Ok(BatchSlot::Empty(info.id));
+        }
+        let there: HashSet<&str> = info.jobs.iter().map(String::as_str).collect();
+        if batch.jobs.iter().all(|j| there.contains(j.name.as_str())) {
+            return Ok(BatchSlot::AlreadySubmitted);
+        }
+        Err(SubmitError::NameTaken(batch.batch_name.clone()))
+    }
+
+    /// Ties every present file to the batch; returns the absent names.
+    async fn associate(&self, batch_id: i64, names: &[String]) -> Step<Vec<String>> {
+        if names.is_empty() {
+            return Ok(Vec::new());
+        }
+        let xml = request::query_files(&self.key.authenticator, Some(batch_id), names);
+        match self.once(Script::JobFile, xml, reply::parse_query_files).await {
+            Ok(absent) => Ok(absent.into_iter().filter_map(|i| names.get(i).cloned()).collect()),
+            // The server may have associated some files before the reply was
+            // lost; a second bulk call would die on those. One by one instead.
+            Err(e) if e.is_transient() || e.is_duplicate_entry() => self.associate_each(batch_id, names).await,
+            Err(e) => Err(SubmitError::Files(e)),
+        }
+    }
+
+    async fn associate_each(&self, batch_id: i64, names: &[String]) -> Step<Vec<String>> {
+        let mut absent = Vec::new();
+        for name in names {
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                let xml = request::query_files(&self.key.authenticator, Some(batch_id), std::slice::from_ref(name));
+                match self.once(Script::JobFile, xml, reply::parse_query_files).await {
+                    Ok(missing) => {
+                        if !missing.is_empty() {
+                            absent.push(name.clone());
+                        }
+                        break;
+                    }
+                    Err(e) if e.is_duplicate_entry() => break, // already tied to this batch
+                    Err(e) if e.is_transient() => self.pause(attempt, e, SubmitError::Files).await?,
+                    Err(e) => return Err(SubmitError::Files(e)),
+                }
+            }
+        }
+        Ok(absent)
+    }
+
+    /// Uploads one chunk of absent files; after a lost reply, uploads only
+    /// what the server still lacks.
+    async fn upload(&self, batch_id: i64, chunk: &[String], files: &HashMap<&str, &StagedFile>) -> Step<()> {
+        let auth = &self.key.authenticator;
+        let mut todo: Vec<String> = chunk.to_vec();
+        let mut attempt = 0;
+        while !todo.is_empty() {
+            attempt += 1;
+            let mut attachments = Vec::with_capacity(todo.len());
+            for name in &todo {
+                let f = files[name.as_str()];
+                let content = tokio::fs::read(&f.path)
+                    .await
+                    .map_err(|e| SubmitError::LocalFile(format!("can't read input file {}: {e}", f.path.display())))?;
+                let filename = f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                attachments.push(Attachment { filename, content: Bytes::from(content) });
+            }
+            let mut c = Call::new(
+                Script::JobFile,
+                request::upload_files(auth, batch_id, &todo),
+                reply::parse_upload_files,
+                Retry::Once,
+                self.deadline,
+            );
+            c.attachments = attachments;
+            match call(&self.rpc, c).await {
+                Ok(()) => return Ok(()),
+                // Lost reply, or another submit uploaded the same file first.
+                Err(e) if e.is_transient() || e.is_duplicate_entry() => {
+                    if e.is_transient() {
+                        self.pause(attempt, e, SubmitError::Files).await?;
+                    }
+                    let xml = request::query_files(auth, None, &todo);
+                    let absent = self.idempotent(Script::JobFile, xml, reply::parse_query_files).await.map_err(SubmitError::Files)?;
+                    let absent: HashSet<usize> = absent.into_iter().collect();
+                    let (missing, present): (Vec<(usize, String)>, Vec<(usize, String)>) =
+                        todo.into_iter().enumerate().partition(|(i, _)| absent.contains(i));
+                    let present: Vec<String> = present.into_iter().map(|(_, n)| n).collect();
+                    // Stored by the lost call (or by someone else): make sure
+                    // they are tied to this batch; any that vanished meanwhile
+                    // go round again.
+                    let vanished = self.associate_each(batch_id, &present).await?;
+                    todo = missing.into_iter().map(|(_, n)| n).chain(vanished).collect();
+                }
+                Err(e) => return Err(SubmitError::Files(e)),
+            }
+        }
+        Ok(())
+    }
+
+    async fn submit_jobs(&self, batch_id: i64, xml: String, batch: &SubmitBatch) -> Step<()> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.once(Script::SubmitRpcHandler, xml.clone(), reply::parse_submit_batch).await {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_transient() || matches!(e, RpcError::ServerFatal { .. }) => {
+                    // Did the lost call create the jobs? Ask before sending again.
+                    let xml = request::query_batch_by_id(&self.key.authenticator, batch_id);
+                    let info =
+                        self.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch).await.map_err(SubmitError::Submit)?;
+                    if !info.jobs.is_empty() {
+                        return match self.reuse(info, batch)? {
+                            BatchSlot::AlreadySubmitted => Ok(()),
+                            BatchSlot::Empty(_) => unreachable!("a batch with jobs is not empty"),
+                        };
+                    }
+                    self.pause(attempt, e, SubmitError::Submit).await?;
+                }
+                Err(e) => return Err(SubmitError::Submit(e)),
+            }
+        }
+    }
+}
+
+/// The trailing job parameters as submit_batch takes them (0 = unspecified).
+fn submit_params(batch: &SubmitBatch) -> Step<SubmitParams> {
+    fn num<T: Copy + Default>(name: &'static str, v: &ParamValue<T>) -> Step<T> {
+        match v {
+            ParamValue::Unset => Ok(T::default()),
+            ParamValue::Value(x) => Ok(*x),
+            ParamValue::Invalid(raw) => Err(SubmitError::BadParam { name, value: raw.clone() }),
+        }
+    }
+    let p = &batch.params;
+    Ok(SubmitParams {
+        rsc_fpops_est: num("rsc_fpops_est", &p.rsc_fpops_est)?,
+        rsc_fpops_bound: num("rsc_fpops_bound", &p.rsc_fpops_bound)?,
+        rsc_memory_bound: num("rsc_memory_bound", &p.rsc_memory_bound)?,
+        rsc_disk_bound: num("rsc_disk_bound", &p.rsc_disk_bound)?,
+        delay_bound: num("delay_bound", &p.delay_bound)?,
+        app_version_num: num("app_version_num", &p.app_version_num)?,
+    })
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
