@@ -98,6 +98,7 @@ impl Session {
                     }
                 }));
             }
+            Request::Blah { .. } => self.reply(ReturnLine::Error), // BLAH front end is wired in the daemon separately
         }
     }
 }

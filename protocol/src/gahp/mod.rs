@@ -2,13 +2,16 @@
 //!
 //! Input goes `framing` (bytes -> logical lines) -> `escape` (line ->
 //! arguments) -> `request` (arguments -> typed [`Request`]). Output goes
-//! typed [`CommandResult`] / return lines -> `reply` -> bytes.
+//! typed [`CommandResult`] / return lines -> `reply` -> bytes. The `BLAH_*`
+//! dialect's commands and results are in [`blah`].
 
+pub mod blah;
 pub mod escape;
 pub mod framing;
 pub mod reply;
 pub mod request;
 
+pub use blah::{BlahCommand, BlahResult};
 pub use framing::{Frame, LineFramer};
 pub use reply::{CommandResult, ReturnLine, BANNER, COMMANDS};
 pub use request::{

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use super::blah::BlahResult;
 use super::escape::{escape_into, join_args};
 use super::request::ReqId;
 
@@ -12,10 +13,16 @@ use super::request::ReqId;
 pub const BANNER: &str = "$GahpVersion: 1.0.2 Nov 21 2026 BOINC\\ GAHP\\ (rust)\\ 0.1.0 $";
 
 /// The commands we implement, alphabetical: the reference's list plus
-/// `RESPONSE_PREFIX` (§5.1), so the gridmanager uses the prefix.
+/// `RESPONSE_PREFIX` (§5.1), so the gridmanager uses the prefix, plus the
+/// `BLAH_*` commands (`spec/blah-dialect.md`).
 pub const COMMANDS: &[&str] = &[
     "ASYNC_MODE_OFF",
     "ASYNC_MODE_ON",
+    "BLAH_JOB_CANCEL",
+    "BLAH_JOB_REFRESH_PROXY",
+    "BLAH_JOB_STATUS",
+    "BLAH_JOB_SUBMIT",
+    "BLAH_PING",
     "BOINC_ABORT_JOBS",
     "BOINC_FETCH_OUTPUT",
     "BOINC_PING",
@@ -85,6 +92,8 @@ pub enum CommandResult {
     Batches { server_time: f64, groups: Vec<Vec<(String, String)>> },
     /// FETCH_OUTPUT.
     Output { exit_status: i64, elapsed_time: f64, cpu_time: f64 },
+    /// Any `BLAH_*` command.
+    Blah(BlahResult),
 }
 
 impl CommandResult {
@@ -93,11 +102,18 @@ impl CommandResult {
     }
 
     pub fn is_error(&self) -> bool {
-        matches!(self, CommandResult::Error(_))
+        match self {
+            CommandResult::Error(_) => true,
+            CommandResult::Blah(result) => result.is_error(),
+            _ => false,
+        }
     }
 
     /// `<reqid> <args...>`, every argument escaped.
     pub fn encode(&self, reqid: ReqId) -> Vec<u8> {
+        if let CommandResult::Blah(result) = self {
+            return result.encode(reqid);
+        }
         let mut out = reqid.to_string().into_bytes();
         let mut arg = |a: &[u8]| {
             out.push(b' ');
@@ -123,6 +139,8 @@ impl CommandResult {
                 arg(seconds(*elapsed_time).as_bytes());
                 arg(seconds(*cpu_time).as_bytes());
             }
+            // Returned above: its fields are not the BOINC_* ones.
+            CommandResult::Blah(_) => {}
         }
         out
     }
@@ -183,7 +201,8 @@ mod tests {
         assert_eq!(text(ReturnLine::Version.encode()), "S $GahpVersion: 1.0.2 Nov 21 2026 BOINC\\ GAHP\\ (rust)\\ 0.1.0 $");
         assert_eq!(
             text(ReturnLine::Commands.encode()),
-            "S ASYNC_MODE_OFF ASYNC_MODE_ON BOINC_ABORT_JOBS BOINC_FETCH_OUTPUT BOINC_PING \
+            "S ASYNC_MODE_OFF ASYNC_MODE_ON BLAH_JOB_CANCEL BLAH_JOB_REFRESH_PROXY BLAH_JOB_STATUS \
+             BLAH_JOB_SUBMIT BLAH_PING BOINC_ABORT_JOBS BOINC_FETCH_OUTPUT BOINC_PING \
              BOINC_QUERY_BATCHES BOINC_RETIRE_BATCH BOINC_SELECT_PROJECT BOINC_SET_LEASE \
              BOINC_SUBMIT COMMANDS QUIT RESPONSE_PREFIX RESULTS VERSION"
         );
@@ -205,6 +224,10 @@ mod tests {
         assert_eq!(text(output.encode(id)), "7 NULL -3 3612.250000 0.000000");
         assert!(CommandResult::error("x").is_error());
         assert!(!CommandResult::Ok.is_error());
+        let blah = CommandResult::Blah(BlahResult::Simple { code: 2, error: "e".into() });
+        assert_eq!(text(blah.encode(id)), "7 2 e");
+        assert!(blah.is_error());
+        assert!(!CommandResult::Blah(BlahResult::ok()).is_error());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Typed requests of the `BOINC_*` dialect and their parser.
+//! Typed requests of the `BOINC_*` and `BLAH_*` dialects and their parser.
 //!
 //! Everything that is a syntax error per `spec/gahp-protocol.md` (unknown
 //! command, wrong argument count, a count that is not a non-negative integer,
@@ -9,7 +9,9 @@
 
 use std::path::PathBuf;
 
+use super::blah::BlahCommand;
 use super::escape::{escape_with, split_args, Nul};
+use crate::classad::ClassAd;
 use crate::secret::Authenticator;
 
 /// A request id: a non-zero decimal integer chosen by the client.
@@ -35,6 +37,11 @@ pub enum Request {
     Async {
         reqid: ReqId,
         command: AsyncCommand,
+    },
+    /// Every `BLAH_*` command (`spec/blah-dialect.md`).
+    Blah {
+        reqid: ReqId,
+        command: BlahCommand,
     },
 }
 
@@ -197,8 +204,15 @@ const MAX_QUOTED_CODE: usize = 64;
 /// * `BOINC_ABORT_JOBS <n> <job>+`: one or more names.
 /// * `BOINC_RETIRE_BATCH <n> <batch>`, `BOINC_SET_LEASE <n> <batch> <time>`:
 ///   nothing more.
+/// * `BLAH_PING <n> <batch type>`, `BLAH_JOB_SUBMIT <n> <ClassAd>`,
+///   `BLAH_JOB_STATUS <n> <job id>`, `BLAH_JOB_CANCEL <n> <job id>`,
+///   `BLAH_JOB_REFRESH_PROXY <n> <job id> <proxy path>`: nothing more; a
+///   ClassAd that does not parse is an error.
 ///
-/// Names must be UTF-8; paths are taken as raw bytes. An empty command code
+/// Names must be UTF-8; paths are taken as raw bytes. `BLAH_*` text is
+/// decoded lossily instead: `E` makes the gridmanager abort, and it would
+/// send the same line again after its restart, so a stray byte is better
+/// left for the result line to report. An empty command code
 /// (empty line, or a line starting with a space) is [`ParseError::Empty`].
 pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
     let mut tokens = split_args(line).into_iter();
@@ -248,6 +262,28 @@ pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
             a.end()?;
             Ok(AsyncCommand::SetLease { batch, lease_time })
         }),
+        b"BLAH_PING" => parse_blah("BLAH_PING", tokens, |a| {
+            let batch_type = a.text("batch type")?;
+            Ok(BlahCommand::Ping { batch_type })
+        }),
+        b"BLAH_JOB_SUBMIT" => parse_blah("BLAH_JOB_SUBMIT", tokens, |a| {
+            let text = a.text("ClassAd")?;
+            let ad = ClassAd::parse(&text).map_err(|e| a.error(e.to_string()))?;
+            Ok(BlahCommand::JobSubmit { ad })
+        }),
+        b"BLAH_JOB_STATUS" => parse_blah("BLAH_JOB_STATUS", tokens, |a| {
+            let job_id = a.text("job id")?;
+            Ok(BlahCommand::JobStatus { job_id })
+        }),
+        b"BLAH_JOB_CANCEL" => parse_blah("BLAH_JOB_CANCEL", tokens, |a| {
+            let job_id = a.text("job id")?;
+            Ok(BlahCommand::JobCancel { job_id })
+        }),
+        b"BLAH_JOB_REFRESH_PROXY" => parse_blah("BLAH_JOB_REFRESH_PROXY", tokens, |a| {
+            let job_id = a.text("job id")?;
+            let proxy = a.path("proxy path")?;
+            Ok(BlahCommand::JobRefreshProxy { job_id, proxy })
+        }),
         _ => {
             let shown = code.get(..MAX_QUOTED_CODE).unwrap_or(&code);
             Err(ParseError::UnknownCommand(String::from_utf8_lossy(shown).into_owned()))
@@ -275,6 +311,19 @@ fn parse_async(
     let reqid = a.reqid()?;
     let command = body(&mut a)?;
     Ok(Request::Async { reqid, command })
+}
+
+/// Request id, the body's arguments, and nothing more.
+fn parse_blah(
+    command: &'static str,
+    tokens: std::vec::IntoIter<Vec<u8>>,
+    body: impl FnOnce(&mut Args) -> Result<BlahCommand, ParseError>,
+) -> Result<Request, ParseError> {
+    let mut a = Args::new(command, tokens);
+    let reqid = a.reqid()?;
+    let command = body(&mut a)?;
+    a.end()?;
+    Ok(Request::Blah { reqid, command })
 }
 
 fn parse_submit(a: &mut Args) -> Result<AsyncCommand, ParseError> {
@@ -412,6 +461,12 @@ impl Args {
         String::from_utf8(token).map_err(|_| self.error(format!("{what} is not valid UTF-8")))
     }
 
+    /// Any bytes, invalid UTF-8 replaced by U+FFFD.
+    fn text(&mut self, what: &str) -> Result<String, ParseError> {
+        let token = self.raw(what)?;
+        Ok(String::from_utf8(token).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    }
+
     fn path(&mut self, what: &str) -> Result<PathBuf, ParseError> {
         use std::os::unix::ffi::OsStringExt;
         Ok(PathBuf::from(std::ffi::OsString::from_vec(self.raw(what)?)))
@@ -520,6 +575,20 @@ pub fn format(req: &Request) -> Vec<u8> {
             w.code(command.code());
             w.arg(reqid.to_string());
             format_async(&mut w, command);
+        }
+        Request::Blah { reqid, command } => {
+            use std::os::unix::ffi::OsStrExt;
+            w.code(command.code());
+            w.arg(reqid.to_string());
+            match command {
+                BlahCommand::Ping { batch_type } => w.arg(batch_type),
+                BlahCommand::JobSubmit { ad } => w.arg(ad.to_string()),
+                BlahCommand::JobStatus { job_id } | BlahCommand::JobCancel { job_id } => w.arg(job_id),
+                BlahCommand::JobRefreshProxy { job_id, proxy } => {
+                    w.arg(job_id);
+                    w.arg(proxy.as_os_str().as_bytes());
+                }
+            }
         }
     }
     w.0
