@@ -1,0 +1,4 @@
+//! `boinc-sim`: the simulated BOINC project as a program of its own.
+fn main() -> std::process::ExitCode {
+    boinc_sim::cli_main()
+}

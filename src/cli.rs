@@ -1,0 +1,219 @@
+//! Command line, configuration and logging of the `boinc_gahp` binary.
+//!
+//! Configuration, later wins: built-in defaults, the TOML file
+//! (`--config`, else `$BOINC_GAHP_CONFIG`, else
+//! `~/.config/boinc-gahp/config.toml` if it exists), HTCondor's
+//! environment (`GAHP_SSL_CAFILE`, `GAHP_SSL_CADIR`), command-line flags.
+//! A `config.txt` in the working directory (line 1 project URL, line 2
+//! authenticator) selects an initial project, as BOINC's C GAHP does; a
+//! broken one is logged and ignored, never fatal.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use gahp_actors::projects::ProjectKey;
+use gahp_actors::DaemonConfig;
+use gahp_protocol::Authenticator;
+use serde::Deserialize;
+
+#[derive(Parser, Debug)]
+#[command(name = "boinc_gahp", about = "BOINC GAHP for HTCondor's gridmanager (speaks GAHP on stdin/stdout)", disable_version_flag = true)]
+pub struct Cli {
+    /// Print the version (to stderr, like BOINC's C GAHP) and exit.
+    #[arg(long)]
+    pub version: bool,
+    /// TOML configuration file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Directory of the durable state (MD5 cache).
+    #[arg(long)]
+    pub state_dir: Option<PathBuf>,
+    /// Log file (rotated daily); default `<state dir>/boinc_gahp.log`.
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
+    /// Log filter, e.g. `info` or `gahp_actors=debug`.
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// Seconds a command may take, retries included (default 270).
+    #[arg(long)]
+    pub command_timeout: Option<f64>,
+    /// Seconds one HTTP exchange may take (default 60).
+    #[arg(long)]
+    pub rpc_timeout: Option<f64>,
+    /// First retry delay in milliseconds (default 500).
+    #[arg(long)]
+    pub retry_base_ms: Option<u64>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Start a simulated BOINC project in process and drive the real daemon
+    /// through a batch: submit, watch, fetch, summarise.
+    Demo(crate::demo::DemoArgs),
+}
+
+/// The TOML file; every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub state_dir: Option<PathBuf>,
+    pub log_file: Option<PathBuf>,
+    pub log_level: Option<String>,
+    pub command_timeout_secs: Option<f64>,
+    pub rpc_timeout_secs: Option<f64>,
+    pub connect_timeout_secs: Option<f64>,
+    pub download_stall_secs: Option<f64>,
+    pub retry_base_ms: Option<u64>,
+    pub retry_max_ms: Option<u64>,
+    pub max_concurrent_rpcs: Option<usize>,
+    pub upload_chunk: Option<usize>,
+    pub query_coalesce_ms: Option<u64>,
+    pub widen_min_mod_time: Option<bool>,
+    pub initial_expire_secs: Option<u64>,
+    pub ca_files: Option<Vec<PathBuf>>,
+    pub hash_threads: Option<usize>,
+}
+
+pub struct Settings {
+    pub daemon: DaemonConfig,
+    pub log_file: PathBuf,
+    pub log_level: String,
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(if s.is_finite() && s > 0.0 { s } else { 1.0 })
+}
+
+pub fn settings(cli: &Cli) -> Result<Settings, String> {
+    let path = cli.config.clone().or_else(|| std::env::var_os("BOINC_GAHP_CONFIG").map(PathBuf::from)).or_else(|| {
+        let p = PathBuf::from(std::env::var_os("HOME")?).join(".config/boinc-gahp/config.toml");
+        p.exists().then_some(p)
+    });
+    let file: FileConfig = match &path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("can't read {}: {e}", p.display()))?;
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+        }
+        None => FileConfig::default(),
+    };
+    let mut d = DaemonConfig::default();
+    if let Some(v) = file.state_dir {
+        d.state_dir = v;
+    }
+    if let Some(v) = file.command_timeout_secs {
+        d.command_timeout = secs(v);
+    }
+    if let Some(v) = file.rpc_timeout_secs {
+        d.rpc_timeout = secs(v);
+    }
+    if let Some(v) = file.connect_timeout_secs {
+        d.connect_timeout = secs(v);
+    }
+    if let Some(v) = file.download_stall_secs {
+        d.download_stall_timeout = secs(v);
+    }
+    if let Some(v) = file.retry_base_ms {
+        d.retry_base = Duration::from_millis(v);
+    }
+    if let Some(v) = file.retry_max_ms {
+        d.retry_max = Duration::from_millis(v);
+    }
+    if let Some(v) = file.max_concurrent_rpcs {
+        d.max_concurrent_rpcs = v.max(1);
+    }
+    if let Some(v) = file.upload_chunk {
+        d.upload_chunk = v.clamp(1, 20);
+    }
+    if let Some(v) = file.query_coalesce_ms {
+        d.query_coalesce = Duration::from_millis(v);
+    }
+    if let Some(v) = file.widen_min_mod_time {
+        d.widen_min_mod_time = v;
+    }
+    if let Some(v) = file.initial_expire_secs {
+        d.initial_expire = Duration::from_secs(v);
+    }
+    if let Some(v) = file.ca_files {
+        d.ca_files = v;
+    }
+    if let Some(v) = file.hash_threads {
+        d.hash_threads = v.max(1);
+    }
+    if let Some(f) = std::env::var_os("GAHP_SSL_CAFILE").filter(|f| !f.is_empty()) {
+        d.ca_files.push(PathBuf::from(f));
+    }
+    if let Some(dir) = std::env::var_os("GAHP_SSL_CADIR").filter(|f| !f.is_empty()) {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            d.ca_files.extend(entries.flatten().map(|e| e.path()).filter(|p| p.is_file()));
+        }
+    }
+    d.panic_on = std::env::var("BOINC_GAHP_PANIC_ON").ok().filter(|s| !s.is_empty());
+    if let Some(v) = &cli.state_dir {
+        d.state_dir = v.clone();
+    }
+    if let Some(v) = cli.command_timeout {
+        d.command_timeout = secs(v);
+    }
+    if let Some(v) = cli.rpc_timeout {
+        d.rpc_timeout = secs(v);
+    }
+    if let Some(v) = cli.retry_base_ms {
+        d.retry_base = Duration::from_millis(v);
+    }
+    let log_file = cli.log_file.clone().or(file.log_file).unwrap_or_else(|| d.state_dir.join("boinc_gahp.log"));
+    let log_level = cli.log_level.clone().or(file.log_level).unwrap_or_else(|| "info".into());
+    Ok(Settings { daemon: d, log_file, log_level })
+}
+
+/// Logs go to a daily-rotated file, never to stdout (it carries the
+/// protocol). Writes are synchronous so nothing is lost on a prompt exit.
+pub fn init_logging(file: &Path, level: &str) {
+    // HTTP internals stay quiet at any level: at trace they would print
+    // request lines, and a download URL carries the authenticator.
+    let quiet = ",awc=warn,actix_http=warn,actix_tls=warn,h2=warn,rustls=warn,mio=warn";
+    let filter = tracing_subscriber::EnvFilter::try_new(format!("{level}{quiet}"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info{quiet}")));
+    let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = file.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "boinc_gahp.log".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
+    let installed = match std::fs::create_dir_all(dir) {
+        Ok(()) => builder.with_writer(tracing_appender::rolling::daily(dir, name)).try_init(),
+        // No writable log directory: stderr, which the gridmanager drains.
+        Err(_) => builder.with_writer(io::stderr).try_init(),
+    };
+    if installed.is_ok() {
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            tracing::error!("panic: {info}");
+            default_hook(info);
+        }));
+    }
+}
+
+/// `config.txt` in the working directory, as BOINC's C GAHP reads it.
+pub fn initial_project(dir: &Path) -> Option<ProjectKey> {
+    let text = std::fs::read_to_string(dir.join("config.txt")).ok()?;
+    let mut lines = text.lines().map(str::trim);
+    match (lines.next(), lines.next()) {
+        (Some(url), Some(auth)) if !url.is_empty() && !auth.is_empty() => Some(ProjectKey::new(url, Authenticator::new(auth))),
+        _ => {
+            tracing::warn!("config.txt needs the project URL on line 1 and the authenticator on line 2; ignored");
+            None
+        }
+    }
+}
+
+/// Runs the daemon on stdin/stdout until EOF or QUIT.
+pub fn run_daemon(settings: Settings) -> io::Result<()> {
+    init_logging(&settings.log_file, &settings.log_level);
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "boinc_gahp starting");
+    let initial = std::env::current_dir().ok().and_then(|d| initial_project(&d));
+    let system = actix_rt::System::new();
+    system
+        .block_on(async { gahp_actors::start_daemon(settings.daemon, tokio::io::stdin(), Box::new(io::stdout()), initial).map(|_| ()) })?;
+    system.run()
+}

@@ -1,0 +1,254 @@
+//! A GAHP client that drives the daemon over pipes the way HTCondor's
+//! gridmanager does: it spawns the binary, reads the banner, writes
+//! CRLF-terminated request lines and reads return lines, skipping `R`
+//! notifications, and collects result lines with RESULTS. Used by the demo,
+//! the end-to-end tests and the benchmarks.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use gahp_protocol::gahp::escape::split_args;
+use gahp_protocol::gahp::request::format;
+use gahp_protocol::gahp::{Frame, LineFramer, Request};
+
+/// How long any awaited line may take (the gridmanager's own limit).
+pub const LINE_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct GahpClient {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Vec<u8>>,
+    pub banner: String,
+    /// The response prefix to strip (set by [`GahpClient::set_prefix`]).
+    prefix: Vec<u8>,
+    /// Results read by RESULTS but not yet claimed, by request id.
+    stash: HashMap<u32, Vec<String>>,
+    /// `R` lines seen.
+    pub notifications: usize,
+    next_id: u32,
+}
+
+fn bad(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+impl GahpClient {
+    /// Starts `exe args...` in `cwd` with `env` added and reads its banner.
+    pub fn spawn(exe: &Path, args: &[&str], env: &[(&str, &str)], cwd: &Path) -> io::Result<GahpClient> {
+        let mut cmd = Command::new(exe);
+        cmd.args(args).current_dir(cwd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn()?;
+        let stdin = child.stdin.take().ok_or_else(|| bad("no stdin"))?;
+        let mut stdout = child.stdout.take().ok_or_else(|| bad("no stdout"))?;
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut framer = LineFramer::new(usize::MAX);
+            let mut buf = BytesMut::new();
+            let mut chunk = vec![0u8; 64 * 1024];
+            loop {
+                match stdout.read(&mut chunk) {
+                    Ok(0) | Err(_) => {
+                        while let Some(Frame::Line(l)) = framer.finish(&mut buf) {
+                            let _ = tx.send(l);
+                        }
+                        return;
+                    }
+                    Ok(n) => {
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(frame) = framer.next_frame(&mut buf) {
+                            if let Frame::Line(l) = frame {
+                                if tx.send(l).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        });
+        let mut client = GahpClient {
+            child,
+            stdin: Some(stdin),
+            lines,
+            banner: String::new(),
+            prefix: Vec::new(),
+            stash: HashMap::new(),
+            notifications: 0,
+            next_id: 1,
+        };
+        let banner = client.read_line()?;
+        client.banner = String::from_utf8_lossy(&banner).into_owned();
+        Ok(client)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next logical line as written (prefix included), raw.
+    pub fn read_line(&mut self) -> io::Result<Vec<u8>> {
+        self.read_line_within(LINE_TIMEOUT)
+    }
+
+    pub fn read_line_within(&mut self, timeout: Duration) -> io::Result<Vec<u8>> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(l) => Ok(l),
+            Err(RecvTimeoutError::Timeout) => Err(io::Error::new(io::ErrorKind::TimedOut, "no line from the GAHP")),
+            Err(RecvTimeoutError::Disconnected) => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the GAHP closed stdout")),
+        }
+    }
+
+    /// Writes raw bytes (for malformed-input tests).
+    pub fn send_raw(&mut self, bytes: &[u8]) -> io::Result<()> {
+        let stdin = self.stdin.as_mut().ok_or_else(|| io::Error::new(io::ErrorKind::BrokenPipe, "stdin closed"))?;
+        stdin.write_all(bytes)?;
+        stdin.flush()
+    }
+
+    /// Closes stdin (EOF) and waits for the process to exit.
+    pub fn close(mut self, timeout: Duration) -> io::Result<std::process::ExitStatus> {
+        drop(self.stdin.take());
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > until {
+                let _ = self.child.kill();
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "the GAHP did not exit on EOF"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn try_wait(&mut self) -> io::Result<Option<std::process::ExitStatus>> {
+        self.child.try_wait()
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Strips the prefix from a line; lines without it are discarded, as the
+    /// gridmanager does once a prefix is in force.
+    fn unprefixed(&self, line: &[u8]) -> Option<Vec<u8>> {
+        line.strip_prefix(self.prefix.as_slice()).map(<[u8]>::to_vec)
+    }
+
+    /// The next return line's arguments, skipping `R` lines.
+    pub fn read_reply(&mut self) -> io::Result<Vec<String>> {
+        loop {
+            let line = self.read_line()?;
+            let Some(line) = self.unprefixed(&line) else { continue };
+            let args: Vec<String> = split_args(&line).into_iter().map(|a| String::from_utf8_lossy(&a).into_owned()).collect();
+            if args.len() == 1 && args[0] == "R" {
+                self.notifications += 1;
+                continue;
+            }
+            return Ok(args);
+        }
+    }
+
+    /// Sends one request line (CRLF, as the gridmanager does) and returns
+    /// its return line's arguments.
+    pub fn command_line(&mut self, line: &[u8]) -> io::Result<Vec<String>> {
+        let mut bytes = line.to_vec();
+        bytes.extend_from_slice(b"\r\n");
+        self.send_raw(&bytes)?;
+        self.read_reply()
+    }
+
+    pub fn command(&mut self, req: &Request) -> io::Result<Vec<String>> {
+        self.command_line(&format(req))
+    }
+
+    /// RESPONSE_PREFIX: the reply comes with the old prefix, the rest with the new.
+    pub fn set_prefix(&mut self, prefix: &str) -> io::Result<Vec<String>> {
+        let reply = self.command(&Request::ResponsePrefix(prefix.as_bytes().to_vec()))?;
+        self.prefix = prefix.as_bytes().to_vec();
+        Ok(reply)
+    }
+
+    /// A fresh request id.
+    pub fn reqid(&mut self) -> u32 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Sends an asynchronous request; the return line must be `S`.
+    pub fn submit_async(&mut self, req: &Request) -> io::Result<()> {
+        let reply = self.command(req)?;
+        if reply.first().map(String::as_str) != Some("S") {
+            return Err(bad(format!("return line {reply:?} for an asynchronous command")));
+        }
+        Ok(())
+    }
+
+    /// One RESULTS: every result line's arguments, in the order written.
+    pub fn results(&mut self) -> io::Result<Vec<Vec<String>>> {
+        self.command_line(b"RESULTS").and_then(|header| {
+            let n: usize = match header.as_slice() {
+                [s, n] if s == "S" => n.parse().map_err(|_| bad(format!("bad RESULTS header {header:?}")))?,
+                _ => return Err(bad(format!("bad RESULTS header {header:?}"))),
+            };
+            let mut out = Vec::with_capacity(n);
+            for _ in 0..n {
+                let line = self.read_line()?;
+                let line = self.unprefixed(&line).ok_or_else(|| bad("result line without the prefix"))?;
+                out.push(split_args(&line).into_iter().map(|a| String::from_utf8_lossy(&a).into_owned()).collect());
+            }
+            Ok(out)
+        })
+    }
+
+    /// Polls RESULTS until the result of `reqid` arrives; returns its
+    /// arguments after the request id. Other results are kept for later.
+    pub fn wait_result(&mut self, reqid: u32, timeout: Duration) -> io::Result<Vec<String>> {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(r) = self.stash.remove(&reqid) {
+                return Ok(r);
+            }
+            for mut line in self.results()? {
+                if line.is_empty() {
+                    return Err(bad("empty result line"));
+                }
+                let id: u32 = line[0].parse().map_err(|_| bad(format!("bad result line {line:?}")))?;
+                let rest = line.split_off(1);
+                if self.stash.insert(id, rest).is_some() {
+                    return Err(bad(format!("two results for request {id}")));
+                }
+            }
+            if let Some(r) = self.stash.remove(&reqid) {
+                return Ok(r);
+            }
+            if Instant::now() > until {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no result for request {reqid}")));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Sends an asynchronous command and waits for its result.
+    pub fn call(&mut self, make: impl FnOnce(u32) -> Request, timeout: Duration) -> io::Result<Vec<String>> {
+        let id = self.reqid();
+        self.submit_async(&make(id))?;
+        self.wait_result(id, timeout)
+    }
+}
+
+impl Drop for GahpClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

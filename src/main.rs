@@ -1,0 +1,39 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    // The simulated project's built-in apps run as this executable too.
+    if std::env::args_os().nth(1).as_deref() == Some(boinc_sim::apps::APP_ENTRY_ARG.as_ref()) {
+        let args: Vec<_> = std::env::args_os().skip(2).collect();
+        std::process::exit(boinc_sim::apps::app_main(&args));
+    }
+    let cli = boinc_gahp::cli::Cli::parse();
+    if cli.version {
+        eprintln!("boinc_gahp {} (BOINC GAHP in Rust, GAHP protocol 1.0.2)", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    let settings = match boinc_gahp::cli::settings(&cli) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("boinc_gahp: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command {
+        Some(boinc_gahp::cli::Command::Demo(args)) => match boinc_gahp::demo::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("demo failed: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        None => match boinc_gahp::cli::run_daemon(settings) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("boinc_gahp: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

@@ -1,0 +1,219 @@
+//! Every BOINC_* command end to end: the real daemon over pipes against
+//! the simulated project on loopback.
+
+mod common;
+use common::*;
+use std::path::PathBuf;
+
+#[test]
+fn a_batch_goes_through_submit_query_fetch_retire() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
+
+    let files = inputs(dir.path(), 3, "flow");
+    let mut batch = uppercase_batch("condor#sub#uppercase#1", &files);
+    // The six trailing parameters, as the gridmanager sends them (strings).
+    batch.params.rsc_fpops_est = ParamValue::Value(1e9);
+    batch.params.delay_bound = ParamValue::Value(3600.0);
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap(), ["NULL"]);
+    let r = g
+        .call(|id| async_cmd(id, AsyncCommand::SetLease { batch: "condor#sub#uppercase#1".into(), lease_time: 4_102_444_800.0 }), WAIT)
+        .unwrap();
+    assert_eq!(r, ["NULL"]);
+
+    // First query: every job, with a server time that parses back.
+    let r = g
+        .call(|id| async_cmd(id, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec!["condor#sub#uppercase#1".into()] }), WAIT)
+        .unwrap();
+    assert_eq!(r[0], "NULL");
+    let server_time: f64 = r[1].parse().unwrap();
+    assert!(r[1].split_once('.').unwrap().1.len() == 6, "server_time as %f: {}", r[1]);
+    assert_eq!(r[2], "3");
+    let jobs = wait_finished(&mut g, "condor#sub#uppercase#1");
+    assert!(jobs.iter().all(|(_, s)| s == "DONE"), "{jobs:?}");
+
+    // A partial query from a time after everything changed reports nothing new.
+    let later = server_time + 3600.0 * 24.0;
+    let r = g
+        .call(|id| async_cmd(id, AsyncCommand::QueryBatches { min_mod_time: later, batches: vec!["condor#sub#uppercase#1".into()] }), WAIT)
+        .unwrap();
+    assert_eq!(&r[0], "NULL");
+    assert_eq!(&r[2], "0", "{r:?}");
+
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // ALL: every output under its logical name; stderr appended.
+    std::fs::write(out.join("err0"), "before\n").unwrap();
+    let fetch = FetchOutput {
+        job_name: "condor#sub#uppercase#1#0.0".into(),
+        dir: out.clone(),
+        stderr_file: PathBuf::from("err0"),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    assert_eq!(r.len(), 4, "NULL exit elapsed cpu: {r:?}");
+    assert_eq!(r[0], "NULL");
+    assert_eq!(r[1], "0");
+    r[2].parse::<f64>().unwrap();
+    r[3].parse::<f64>().unwrap();
+    assert_eq!(std::fs::read_to_string(out.join("out")).unwrap(), "INPUT 0 OF FLOW\n");
+    let err = std::fs::read_to_string(out.join("err0")).unwrap();
+    assert!(err.starts_with("before\n") && err.contains("<stderr_txt>"), "{err}");
+
+    // SOME with a rename to a relative and to an absolute destination.
+    let abs = dir.path().join("abs_out.txt");
+    for (i, dst) in [(1, PathBuf::from("renamed.txt")), (2, abs.clone())] {
+        let fetch = FetchOutput {
+            job_name: format!("condor#sub#uppercase#1#{i}.0"),
+            dir: out.clone(),
+            stderr_file: PathBuf::from("/dev/null"),
+            mode: FetchMode::Some,
+            specs: vec![OutputSpec { src: "out".into(), dst }],
+        };
+        let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+        assert_eq!(r[0], "NULL", "{r:?}");
+    }
+    assert_eq!(std::fs::read_to_string(out.join("renamed.txt")).unwrap(), "INPUT 1 OF FLOW\n");
+    assert_eq!(std::fs::read_to_string(&abs).unwrap(), "INPUT 2 OF FLOW\n");
+    assert!(std::fs::read_dir(&out).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().ends_with(".part")), "no temp files left");
+
+    // SOME naming more files than the template has.
+    let fetch = FetchOutput {
+        job_name: "condor#sub#uppercase#1#1.0".into(),
+        dir: out.clone(),
+        stderr_file: PathBuf::from("/dev/null"),
+        mode: FetchMode::Some,
+        specs: vec![OutputSpec { src: "out".into(), dst: "a".into() }, OutputSpec { src: "x".into(), dst: "b".into() }],
+    };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    assert_eq!(r, ["too many output files specified submit:1 template:1"]);
+
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::RetireBatch { batch: "condor#sub#uppercase#1".into() }), WAIT).unwrap(), ["NULL"]);
+}
+
+#[test]
+fn a_zip_output_is_extracted_safely() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    let files = inputs(dir.path(), 1, "zip");
+    let mut batch = uppercase_batch("zipbatch", &files);
+    batch.app_name = "zipper".into();
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap(), ["NULL"]);
+    wait_finished(&mut g, "zipbatch");
+    let out = dir.path().join("zipout");
+    std::fs::create_dir_all(&out).unwrap();
+    let fetch = FetchOutput {
+        job_name: "zipbatch#0.0".into(),
+        dir: out.clone(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    let names: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.len() >= 2, "entries extracted: {names:?}");
+    assert!(!names.iter().any(|n| n.ends_with(".zip")), "the zip is removed: {names:?}");
+}
+
+#[test]
+fn abort_errors_and_boinc_errors_are_reported_in_the_result() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    let files = inputs(dir.path(), 1, "abort");
+    let mut batch = uppercase_batch("abortme", &files);
+    batch.jobs[0].args = vec!["--sleep-ms".into(), "600000".into()];
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap(), ["NULL"]);
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::AbortJobs { jobs: vec!["abortme#0.0".into()] }), WAIT).unwrap(), ["NULL"]);
+    let jobs = wait_finished(&mut g, "abortme");
+    assert_eq!(jobs, [("abortme#0.0".to_string(), "ERROR".to_string())]);
+
+    let r = g.call(|id| async_cmd(id, AsyncCommand::AbortJobs { jobs: vec!["nosuchjob".into()] }), WAIT).unwrap();
+    assert_eq!(r, ["abort_jobs() returned -1 no job nosuchjob"]);
+    let r = g.call(|id| async_cmd(id, AsyncCommand::RetireBatch { batch: "nosuchbatch".into() }), WAIT).unwrap();
+    assert_eq!(r, ["retire_batch() returned -1 no such batch"]);
+    let r = g.call(|id| async_cmd(id, AsyncCommand::SetLease { batch: "nosuchbatch".into(), lease_time: 1.0 }), WAIT).unwrap();
+    assert_eq!(r, ["set_lease() returned -1 no such batch"]);
+    let r = g
+        .call(
+            |id| async_cmd(id, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec!["abortme".into(), "nosuchbatch".into()] }),
+            WAIT,
+        )
+        .unwrap();
+    assert_eq!(r, ["error querying batch: -1 no batch named nosuchbatch"]);
+    let mut bad_app = uppercase_batch("badapp", &files);
+    bad_app.app_name = "nosuchapp".into();
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(bad_app)), WAIT).unwrap();
+    assert_eq!(r, ["error getting templates: -1 app not found: nosuchapp"]);
+    let fetch =
+        FetchOutput { job_name: "nosuchjob".into(), dir: dir.path().into(), stderr_file: "x".into(), mode: FetchMode::All, specs: vec![] };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    assert_eq!(r, ["error getting templates: -1 job not found: nosuchjob"]);
+    // Nothing is retried after a BOINC error.
+    assert_eq!(sim.calls("submit_rpc_handler.php:retire_batch"), 1);
+}
+
+#[test]
+fn submit_input_errors_are_clear() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    let mut batch = uppercase_batch("missing", &[dir.path().join("does-not-exist.txt")]);
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(batch.clone())), WAIT).unwrap();
+    assert!(r[0].starts_with("error processing input files: -108 can't read input file") && r[0].contains("does-not-exist.txt"), "{r:?}");
+    assert!(sim.batches_named("missing").is_empty(), "no empty batch left behind");
+
+    let files = inputs(dir.path(), 1, "param");
+    batch = uppercase_batch("badparam", &files);
+    batch.params.rsc_memory_bound = ParamValue::Invalid("lots".into());
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap();
+    assert_eq!(r, ["invalid job parameter rsc_memory_bound: 'lots' is not a number"]);
+
+    let empty = SubmitBatch { batch_name: "empty".into(), app_name: "uppercase".into(), jobs: vec![], params: JobParams::default() };
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(empty)), WAIT).unwrap(), ["no jobs"]);
+}
+
+#[test]
+fn a_hundred_new_input_files_go_up_in_calls_of_twenty() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    let files = inputs(dir.path(), 100, "many");
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("many", &files))), WAIT).unwrap(), ["NULL"]);
+    assert_eq!(sim.calls("job_file.php:upload_files"), 5);
+    assert_eq!(sim.calls("job_file.php:query_files"), 1);
+    let b = &sim.batches_named("many")[0];
+    assert_eq!(sim.jobs_of(b["id"].as_i64().unwrap()).len(), 100);
+    // Same content under another path and name: deduplicated by content name.
+    let copy = dir.path().join("copy_of_0.txt");
+    std::fs::copy(&files[0], &copy).unwrap();
+    assert_eq!(
+        g.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("again", &[files[0].clone(), copy]))), WAIT).unwrap(),
+        ["NULL"]
+    );
+    assert_eq!(sim.calls("job_file.php:upload_files"), 5, "nothing new to upload");
+}
+
+#[test]
+fn a_huge_submit_line_is_accepted() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    let files = inputs(dir.path(), 1, "huge");
+    let mut batch = uppercase_batch("huge", &files);
+    let job = batch.jobs[0].clone();
+    batch.jobs = (0..100_000).map(|i| JobSpec { name: format!("huge#{i}.0"), ..job.clone() }).collect();
+    let line = gahp_protocol::gahp::request::format(&async_cmd(2, AsyncCommand::Submit(batch)));
+    assert!(line.len() > 5_000_000);
+    let t = std::time::Instant::now();
+    assert_eq!(g.command_line(&line).unwrap(), ["S"]);
+    eprintln!("return line for a {} byte submit after {:?}", line.len(), t.elapsed());
+    let r = g.wait_result(2, std::time::Duration::from_secs(240)).unwrap();
+    assert_eq!(r, ["NULL"]);
+    eprintln!("100,000-job batch submitted in {:?}", t.elapsed());
+}

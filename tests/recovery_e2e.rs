@@ -1,0 +1,168 @@
+//! Transient failures are retried, BOINC errors reported, lost replies
+//! recovered by asking the server: nothing is ever created twice. And each
+//! command acts on the project selected when it arrived.
+
+mod common;
+use common::*;
+use serde_json::json;
+use std::time::Duration;
+
+/// Fails the nth call of `endpoint` with `kind` (scripted, deterministic).
+fn script(faults: &[(&str, u64, &str)]) -> serde_json::Value {
+    json!({"seed": 1, "script": faults.iter().map(|(e, n, k)| json!({"endpoint": e, "nth": n, "kind": k})).collect::<Vec<_>>()})
+}
+
+fn submit_ok(sim: &Sim, g: &mut GahpClient, dir: &std::path::Path, name: &str, n: usize) {
+    let files = inputs(dir, n, name);
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch(name, &files))), WAIT).unwrap();
+    assert_eq!(r, ["NULL"], "submit of {name}");
+    let batches = sim.batches_named(name);
+    assert_eq!(batches.len(), 1, "exactly one batch named {name}: {batches:?}");
+    let jobs = sim.jobs_of(batches[0]["id"].as_i64().unwrap());
+    assert_eq!(jobs.len(), n, "each job exactly once");
+}
+
+#[test]
+fn lost_create_batch_reply_makes_no_second_batch() {
+    let sim = Sim::start();
+    sim.set_faults(script(&[("submit_rpc_handler.php:create_batch", 1, "lose_reply")]));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "lostcreate", 2);
+    assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1, "the batch was found, not created again");
+}
+
+#[test]
+fn lost_submit_batch_reply_makes_no_second_copy_of_a_job() {
+    let sim = Sim::start();
+    sim.set_faults(script(&[("submit_rpc_handler.php:submit_batch", 1, "lose_reply")]));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "lostsubmit", 3);
+    assert_eq!(sim.calls("submit_rpc_handler.php:submit_batch"), 1);
+}
+
+#[test]
+fn torn_and_lost_file_replies_are_recovered() {
+    let sim = Sim::start();
+    sim.set_faults(script(&[
+        ("job_file.php:query_files", 1, "truncate"),
+        ("job_file.php:upload_files", 1, "lose_reply"),
+        ("job_file.php:upload_files", 2, "malformed"),
+    ]));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "lostfiles", 45);
+}
+
+#[test]
+fn transient_http_failures_are_retried_everywhere() {
+    let sim = Sim::start();
+    sim.set_faults(script(&[
+        ("submit_rpc_handler.php:get_templates", 1, "http503"),
+        ("submit_rpc_handler.php:query_batch", 1, "reset"),
+        ("submit_rpc_handler.php:create_batch", 1, "http500"),
+        ("submit_rpc_handler.php:submit_batch", 1, "http503"),
+        ("submit_rpc_handler.php:query_batch2", 1, "malformed"),
+        ("submit_rpc_handler.php:ping", 1, "reset"),
+        ("get_output.php:workunit_file", 1, "http500"),
+    ]));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
+    submit_ok(&sim, &mut g, dir.path(), "flaky", 2);
+    wait_finished(&mut g, "flaky");
+    let fetch = FetchOutput {
+        job_name: "flaky#0.0".into(),
+        dir: dir.path().into(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap()[0], "NULL");
+    assert_eq!(std::fs::read_to_string(dir.path().join("out")).unwrap(), "INPUT 0 OF FLAKY\n");
+}
+
+#[test]
+fn random_faults_on_every_endpoint_lose_nothing_and_duplicate_nothing() {
+    let sim = Sim::start();
+    let rule = json!({"http500": 0.1, "http503": 0.05, "reset": 0.05, "truncate": 0.05, "malformed": 0.05, "lose_reply": 0.1});
+    sim.set_faults(json!({"seed": 42, "rules": {"*": rule}}));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    for b in 0..4 {
+        submit_ok(&sim, &mut g, dir.path(), &format!("chaos{b}"), 25);
+    }
+}
+
+#[test]
+fn retries_give_up_in_time_and_say_why() {
+    let sim = Sim::start();
+    sim.set_faults(json!({"seed": 1, "rules": {"submit_rpc_handler.php:get_templates": {"http503": 1.0}}}));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = gahp_with(dir.path(), &["--command-timeout", "3"], &[]);
+    g.command(&sim.select()).unwrap();
+    let files = inputs(dir.path(), 1, "giveup");
+    let t = std::time::Instant::now();
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("giveup", &files))), WAIT).unwrap();
+    assert!(t.elapsed() < Duration::from_secs(10));
+    assert_eq!(r.len(), 1);
+    assert!(r[0].starts_with("error getting templates: -184 transient HTTP failure (HTTP 503)"), "{r:?}");
+    assert!(sim.calls("submit_rpc_handler.php:get_templates") > 2, "it was retried");
+    assert!(sim.batches_named("giveup").is_empty());
+}
+
+#[test]
+fn a_hung_server_is_cut_off_by_the_rpc_timeout() {
+    let sim = Sim::start();
+    sim.set_faults(script(&[("submit_rpc_handler.php:ping", 1, "hang")]));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = gahp_with(dir.path(), &["--rpc-timeout", "1"], &[]);
+    g.command(&sim.select()).unwrap();
+    let t = std::time::Instant::now();
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+}
+
+#[test]
+fn commands_stay_bound_to_the_project_selected_when_they_arrived() {
+    let a = Sim::start();
+    let b = Sim::start();
+    // A is slow, so its submit is still running when B is selected.
+    a.set_faults(json!({"seed": 3, "rules": {"submit_rpc_handler.php:get_templates": {"delay": 1.0, "delay_ms": 1500}}}));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = gahp(dir.path());
+    let files = inputs(dir.path(), 1, "bind");
+    g.command(&a.select()).unwrap();
+    g.submit_async(&async_cmd(2, AsyncCommand::Submit(uppercase_batch("bound", &files)))).unwrap();
+    g.command(&b.select()).unwrap();
+    g.submit_async(&async_cmd(3, AsyncCommand::Ping)).unwrap();
+    g.command(&a.select()).unwrap();
+    g.submit_async(&async_cmd(4, AsyncCommand::Ping)).unwrap();
+    g.command(&b.select()).unwrap();
+    assert_eq!(g.wait_result(2, WAIT).unwrap(), ["NULL"]);
+    assert_eq!(g.wait_result(3, WAIT).unwrap(), ["NULL"]);
+    assert_eq!(g.wait_result(4, WAIT).unwrap(), ["NULL"]);
+    assert_eq!(a.batches_named("bound").len(), 1);
+    assert!(b.batches_named("bound").is_empty());
+    assert_eq!(a.calls("submit_rpc_handler.php:ping"), 1);
+    assert_eq!(b.calls("submit_rpc_handler.php:ping"), 1);
+}
+
+#[test]
+fn a_storm_of_identical_queries_costs_one_rpc() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "storm", 2);
+    let before = sim.calls("submit_rpc_handler.php:query_batch2");
+    for id in 100..300 {
+        g.submit_async(&async_cmd(id, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec!["storm".into()] })).unwrap();
+    }
+    for id in 100..300 {
+        let r = g.wait_result(id, WAIT).unwrap();
+        assert_eq!(r[0], "NULL");
+        assert_eq!(r[2], "2");
+    }
+    assert_eq!(sim.calls("submit_rpc_handler.php:query_batch2") - before, 1);
+}
