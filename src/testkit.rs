@@ -69,7 +69,10 @@ impl SimProcess {
 
     /// How many times `script:rpc` was called (faulted calls included).
     pub fn calls(&self, endpoint: &str) -> u64 {
-        self.state()["rpc_calls"][endpoint].as_u64().unwrap_or(0)
+        let (addr, path) = self.addr_and_path();
+        let body = http(&addr, "GET", &format!("{path}__sim/state?jobs=0"), None);
+        let state: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("state JSON: {e}: {body}"));
+        state["rpc_counts"][endpoint].as_u64().unwrap_or(0)
     }
 
     pub fn batches_named(&self, name: &str) -> Vec<serde_json::Value> {

@@ -118,7 +118,7 @@ fn malformed_input_gets_e_and_the_daemon_goes_on() {
 #[test]
 fn escaped_newlines_and_empty_arguments_stay_inside_the_line() {
     let dir = tempfile::tempdir().unwrap();
-    let mut g = gahp(dir.path());
+    let mut g = gahp_with(dir.path(), &["--command-timeout", "5"], &[]);
     // A project URL with an escaped LF and spaces is one argument; an empty
     // argument (two spaces) is an argument too.
     g.send_raw(b"BOINC_SELECT_PROJECT http://127.0.0.1:9/a\\ b\\\nc/ auth\n").unwrap();
@@ -129,6 +129,7 @@ fn escaped_newlines_and_empty_arguments_stay_inside_the_line() {
     assert_eq!(g.read_reply().unwrap(), ["S"]);
     let r = g.wait_result(4, WAIT).unwrap();
     assert_eq!(r.len(), 1, "one error argument: {r:?}");
+    assert!(r[0].starts_with("retire_batch() returned -1 unusable project URL"), "{r:?}");
 }
 
 #[test]
@@ -160,7 +161,12 @@ fn return_lines_come_at_once_with_thousands_in_flight_and_a_slow_server() {
     let sim = Sim::start();
     sim.set_faults(serde_json::json!({"seed": 7, "rules": {"*": {"delay": 1.0, "delay_ms": 2000}}}));
     let dir = tempfile::tempdir().unwrap();
-    let mut g = ready_gahp(&sim, dir.path());
+    // Enough HTTP concurrency that the 2000 slow RPCs finish in seconds.
+    let config = dir.path().join("gahp.toml");
+    std::fs::write(&config, "max_concurrent_rpcs = 500\n").unwrap();
+    let mut g = gahp_with(dir.path(), &["--config", config.to_str().unwrap()], &[]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    g.command(&sim.select()).unwrap();
     let t = Instant::now();
     let mut worst = Duration::ZERO;
     for id in 2..2002u32 {

@@ -87,11 +87,27 @@ fn transient_http_failures_are_retried_everywhere() {
 fn random_faults_on_every_endpoint_lose_nothing_and_duplicate_nothing() {
     let sim = Sim::start();
     let rule = json!({"http500": 0.1, "http503": 0.05, "reset": 0.05, "truncate": 0.05, "malformed": 0.05, "lose_reply": 0.1});
-    sim.set_faults(json!({"seed": 42, "rules": {"*": rule}}));
     let dir = tempfile::tempdir().unwrap();
     let mut g = ready_gahp(&sim, dir.path());
-    for b in 0..4 {
-        submit_ok(&sim, &mut g, dir.path(), &format!("chaos{b}"), 25);
+    for seed in [42, 7, 1234, 99, 5] {
+        sim.set_faults(json!({"seed": seed, "rules": {"*": rule}}));
+        for b in 0..2 {
+            submit_ok(&sim, &mut g, dir.path(), &format!("chaos{seed}_{b}"), 25);
+        }
+    }
+    // Under faults, queries and fetches still come back right.
+    sim.set_faults(json!({"seed": 8, "rules": {"*": rule}}));
+    let jobs = wait_finished(&mut g, "chaos42_0");
+    assert_eq!(jobs.len(), 25);
+    let out = dir.path().join("chaos_out");
+    std::fs::create_dir_all(&out).unwrap();
+    for (i, (job, status)) in jobs.iter().enumerate().take(5) {
+        assert_eq!(status, "DONE");
+        let fetch = FetchOutput { job_name: job.clone(), dir: out.clone(), stderr_file: "/dev/null".into(), mode: FetchMode::Some, specs: vec![OutputSpec { src: "out".into(), dst: format!("out{i}").into() }] };
+        let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+        assert_eq!(r[0], "NULL", "{r:?}");
+        let n: usize = job.rsplit('#').next().unwrap().trim_end_matches(".0").parse().unwrap();
+        assert_eq!(std::fs::read_to_string(out.join(format!("out{i}"))).unwrap(), format!("INPUT {n} OF CHAOS42_0\n"));
     }
 }
 
@@ -165,4 +181,18 @@ fn a_storm_of_identical_queries_costs_one_rpc() {
         assert_eq!(r[2], "2");
     }
     assert_eq!(sim.calls("submit_rpc_handler.php:query_batch2") - before, 1);
+}
+
+#[test]
+fn a_torn_download_is_fetched_again_and_never_lands_short() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "torn", 1);
+    wait_finished(&mut g, "torn");
+    sim.set_faults(script(&[("get_output.php:workunit_file", 1, "truncate"), ("get_output.php:workunit_file", 2, "lose_reply")]));
+    let fetch = FetchOutput { job_name: "torn#0.0".into(), dir: dir.path().into(), stderr_file: "/dev/null".into(), mode: FetchMode::All, specs: vec![] };
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap()[0], "NULL");
+    assert_eq!(std::fs::read_to_string(dir.path().join("out")).unwrap(), "INPUT 0 OF TORN\n");
+    assert_eq!(sim.calls("get_output.php:workunit_file"), 3);
 }

@@ -54,6 +54,13 @@ impl RpcError {
         matches!(self, RpcError::Transient { .. })
     }
 
+    /// We cannot tell whether the server acted: the reply was lost, torn,
+    /// or the script died part-way (other than on a duplicate key, which
+    /// says exactly what happened).
+    pub fn outcome_unknown(&self) -> bool {
+        self.is_transient() || matches!(self, RpcError::ServerFatal { duplicate_entry: false, .. })
+    }
+
     pub fn is_duplicate_entry(&self) -> bool {
         matches!(self, RpcError::ServerFatal { duplicate_entry: true, .. })
     }
@@ -132,6 +139,11 @@ enum Attempt {
     Transient(String),
 }
 
+/// A PHP fatal error is retried this many times for an idempotent call: it
+/// may be passing (a lost database connection) or certain (a server bug
+/// that hits every time, as query_completed_job has for unfinished jobs).
+const FATAL_ATTEMPTS: u32 = 3;
+
 #[derive(Clone)]
 pub struct RpcClient {
     key: ProjectKey,
@@ -176,7 +188,7 @@ impl RpcClient {
             .insert_header((header::CONTENT_TYPE, content_type))
             .send_body(body)
             .await
-            .map_err(|e| Attempt::Transient(format!("{e}")))?;
+            .map_err(send_error)?;
         classify_status(res.status())?;
         let body = res.body().limit(MAX_REPLY).await.map_err(|e| Attempt::Transient(format!("reply cut short: {e}")))?;
         (call.parse)(&body).map_err(RpcError::from_reply)
@@ -192,6 +204,14 @@ impl RpcClient {
             };
             match self.post_once(&call, timeout).await {
                 Ok(v) => return Ok(v),
+                Err(Attempt::Failed(e @ RpcError::ServerFatal { duplicate_entry: false, .. }))
+                    if call.retry == Retry::Idempotent && attempts < FATAL_ATTEMPTS =>
+                {
+                    tracing::info!(project = %self.key.url, script = call.script.path(), attempts, "server script died: {e}");
+                    if !backoff(&self.config, attempts, call.deadline).await {
+                        return Err(e);
+                    }
+                }
                 Err(Attempt::Failed(e)) => return Err(e),
                 Err(Attempt::Transient(detail)) => {
                     tracing::info!(project = %self.key.url, script = call.script.path(), attempts, "transient failure: {detail}");
@@ -205,7 +225,7 @@ impl RpcClient {
 
     async fn get_once(&self, d: &Download, timeout: Duration) -> Result<u64, Attempt> {
         let _permit = self.limit.acquire().await.map_err(|_| Attempt::Transient("client closed".into()))?;
-        let mut res = self.client.get(&d.url).timeout(timeout).send().await.map_err(|e| Attempt::Transient(format!("{e}")))?;
+        let mut res = self.client.get(&d.url).timeout(timeout).send().await.map_err(send_error)?;
         classify_status(res.status())?;
         // Only a real file carries Content-Disposition; errors are 200 + text.
         if !res.headers().contains_key(header::CONTENT_DISPOSITION) {
@@ -268,6 +288,17 @@ pub async fn backoff(config: &DaemonConfig, attempt: u32, deadline: Instant) -> 
     }
     tokio::time::sleep(delay).await;
     true
+}
+
+/// A request that could not be sent: a bad URL is permanent (retrying
+/// cannot fix it); the rest (refused, reset, timed out) may pass.
+fn send_error(e: awc::error::SendRequestError) -> Attempt {
+    use awc::error::SendRequestError as E;
+    match e {
+        E::Url(e) => Attempt::Failed(RpcError::Local(format!("unusable project URL: {e}"))),
+        E::TunnelNotSupported => Attempt::Failed(RpcError::Local("unusable project URL: tunnels are not supported".into())),
+        e => Attempt::Transient(e.to_string()),
+    }
 }
 
 fn classify_status(status: StatusCode) -> Result<(), Attempt> {

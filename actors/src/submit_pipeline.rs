@@ -272,9 +272,7 @@ impl Run {
             match created {
                 Ok(id) => return Ok(BatchSlot::Empty(id)),
                 // It may or may not exist now: look again before retrying.
-                Err(e) if e.is_transient() || matches!(e, RpcError::ServerFatal { .. }) => {
-                    self.pause(attempt, e, SubmitError::CreateBatch).await?
-                }
+                Err(e) if e.outcome_unknown() => self.pause(attempt, e, SubmitError::CreateBatch).await?,
                 Err(e) => return Err(SubmitError::CreateBatch(e)),
             }
         }
@@ -302,7 +300,7 @@ impl Run {
             Ok(absent) => Ok(absent.into_iter().filter_map(|i| names.get(i).cloned()).collect()),
             // The server may have associated some files before the reply was
             // lost; a second bulk call would die on those. One by one instead.
-            Err(e) if e.is_transient() || e.is_duplicate_entry() => self.associate_each(batch_id, names).await,
+            Err(e) if e.outcome_unknown() || e.is_duplicate_entry() => self.associate_each(batch_id, names).await,
             Err(e) => Err(SubmitError::Files(e)),
         }
     }
@@ -322,7 +320,7 @@ impl Run {
                         break;
                     }
                     Err(e) if e.is_duplicate_entry() => break, // already tied to this batch
-                    Err(e) if e.is_transient() => self.pause(attempt, e, SubmitError::Files).await?,
+                    Err(e) if e.outcome_unknown() => self.pause(attempt, e, SubmitError::Files).await?,
                     Err(e) => return Err(SubmitError::Files(e)),
                 }
             }
@@ -358,8 +356,8 @@ impl Run {
             match call(&self.rpc, c).await {
                 Ok(()) => return Ok(()),
                 // Lost reply, or another submit uploaded the same file first.
-                Err(e) if e.is_transient() || e.is_duplicate_entry() => {
-                    if e.is_transient() {
+                Err(e) if e.outcome_unknown() || e.is_duplicate_entry() => {
+                    if e.outcome_unknown() {
                         self.pause(attempt, e, SubmitError::Files).await?;
                     }
                     let xml = request::query_files(auth, None, &todo);
@@ -386,7 +384,7 @@ impl Run {
             attempt += 1;
             match self.once(Script::SubmitRpcHandler, xml.clone(), reply::parse_submit_batch).await {
                 Ok(_) => return Ok(()),
-                Err(e) if e.is_transient() || matches!(e, RpcError::ServerFatal { .. }) => {
+                Err(e) if e.outcome_unknown() => {
                     // Did the lost call create the jobs? Ask before sending again.
                     let xml = request::query_batch_by_id(&self.key.authenticator, batch_id);
                     let info =
