@@ -1,0 +1,80 @@
+//! What every request handler and the host scheduler share.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use crate::apps::AppSpec;
+use crate::clock::Clock;
+use crate::config::SimConfig;
+use crate::faults::Faults;
+use crate::store::Store;
+
+/// An app with its database id.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub id: i64,
+    pub spec: AppSpec,
+}
+
+/// The directories of the project.
+#[derive(Debug, Clone)]
+pub struct Dirs {
+    pub root: PathBuf,
+    /// Input files, by physical name.
+    pub download: PathBuf,
+    /// Instance output files, by physical name.
+    pub upload: PathBuf,
+    /// Work directories of running instances.
+    pub slots: PathBuf,
+}
+
+pub struct Ctx {
+    pub store: Store,
+    pub clock: Clock,
+    pub cfg: SimConfig,
+    pub apps: Vec<App>,
+    pub dirs: Dirs,
+    pub faults: Faults,
+    pub project_url: String,
+    pub app_exe: PathBuf,
+    /// Calls per `"<script>:<rpc>"`, faulted ones included.
+    pub counts: Mutex<BTreeMap<String, u64>>,
+    /// The project's web stop flag: RPCs answer -183 "project down for
+    /// maintenance".
+    pub web_stopped: AtomicBool,
+}
+
+impl Ctx {
+    pub fn app_by_name(&self, name: &str) -> Option<&App> {
+        self.apps.iter().find(|a| a.spec.name == name)
+    }
+
+    pub fn app_by_id(&self, id: i64) -> Option<&App> {
+        self.apps.iter().find(|a| a.id == id)
+    }
+
+    pub fn app_name(&self, id: i64) -> &str {
+        self.app_by_id(id).map(|a| a.spec.name.as_str()).unwrap_or("")
+    }
+
+    pub fn web_stopped(&self) -> bool {
+        self.web_stopped.load(Ordering::SeqCst)
+    }
+
+    pub fn count_call(&self, endpoint: &str) {
+        let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        *m.entry(endpoint.to_string()).or_insert(0) += 1;
+    }
+
+    /// Where PHP would say the project lives (appears in fatal error pages).
+    pub fn php_root(&self) -> String {
+        format!("/home/boincadm/projects/{}", self.cfg.project_name)
+    }
+
+    /// `htmlspecialchars` with the configured apostrophe behaviour.
+    pub fn html(&self, s: &str) -> String {
+        crate::php::html(s, self.cfg.quirks.escape_apostrophe)
+    }
+}

@@ -1,0 +1,203 @@
+//! HTTP glue: the project's URLs, reading POST bodies the way PHP does
+//! (field `request` of a multipart or urlencoded form, file parts in
+//! order), counting calls, fault injection around the scripts, and running
+//! them on blocking threads.
+
+use std::sync::Arc;
+
+use actix_web::http::header::CONTENT_TYPE;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use rusqlite::Connection;
+
+use crate::ctx::Ctx;
+use crate::faults::Fault;
+use crate::replies::Reply;
+use crate::rpc;
+
+/// One uploaded file part.
+#[derive(Debug, Clone)]
+pub struct FilePart {
+    pub field: String,
+    pub filename: String,
+    pub data: Bytes,
+}
+
+/// The POST form as PHP sees it.
+#[derive(Debug, Default)]
+pub struct Form {
+    /// `$_POST['request']`.
+    pub request: Option<Vec<u8>>,
+    /// `$_FILES`, in order: parts with a `filename`, at most
+    /// `max_file_uploads` of them (later ones dropped, as PHP does), a
+    /// repeated field name replacing the earlier part.
+    pub files: Vec<FilePart>,
+}
+
+pub fn routes(cfg: &mut web::ServiceConfig, project: &str) {
+    cfg.service(
+        web::scope(&format!("/{project}"))
+            .route("/submit_rpc_handler.php", web::route().to(submit_rpc_handler))
+            .route("/job_file.php", web::route().to(job_file))
+            .route("/get_output.php", web::route().to(get_output))
+            .configure(crate::introspect::routes),
+    );
+}
+
+fn too_large() -> HttpResponse {
+    HttpResponse::PayloadTooLarge()
+        .content_type("text/html; charset=iso-8859-1")
+        .body("<html><body><h1>Request Entity Too Large</h1></body></html>\n")
+}
+
+/// Reads the body into a [`Form`]; `Err` is the response to give (body too
+/// large).
+async fn read_form(req: &HttpRequest, payload: web::Payload, ctx: &Ctx) -> Result<Form, HttpResponse> {
+    let limit = ctx.cfg.max_request_bytes;
+    let ctype = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
+    if ctype.starts_with("multipart/form-data") {
+        return read_multipart(req, payload, ctx).await;
+    }
+    let mut body = BytesMut::new();
+    let mut payload = payload;
+    while let Some(chunk) = payload.next().await {
+        let Ok(chunk) = chunk else {
+            return Ok(Form::default());
+        };
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let mut form = Form::default();
+    if ctype.starts_with("application/x-www-form-urlencoded") {
+        for (k, v) in form_urlencoded::parse(&body) {
+            if k == "request" {
+                form.request = Some(v.into_owned().into_bytes());
+            }
+        }
+    }
+    Ok(form)
+}
+
+async fn read_multipart(req: &HttpRequest, payload: web::Payload, ctx: &Ctx) -> Result<Form, HttpResponse> {
+    let limit = ctx.cfg.max_request_bytes;
+    let max_files = ctx.cfg.quirks.max_file_uploads;
+    let mut mp = actix_multipart::Multipart::new(req.headers(), payload);
+    let mut form = Form::default();
+    let mut total = 0usize;
+    let mut file_parts_seen = 0usize;
+    while let Some(field) = mp.next().await {
+        // A broken body: PHP keeps what it could parse.
+        let Ok(mut field) = field else { break };
+        let (name, filename) = match field.content_disposition() {
+            Some(cd) => (cd.get_name().unwrap_or("").to_string(), cd.get_filename().map(str::to_string)),
+            None => (String::new(), None),
+        };
+        let mut data = BytesMut::new();
+        let mut broken = false;
+        while let Some(chunk) = field.next().await {
+            match chunk {
+                Ok(chunk) => {
+                    total += chunk.len();
+                    if total > limit {
+                        return Err(too_large());
+                    }
+                    data.extend_from_slice(&chunk);
+                }
+                Err(_) => {
+                    broken = true;
+                    break;
+                }
+            }
+        }
+        if broken {
+            break;
+        }
+        match filename {
+            Some(filename) => {
+                file_parts_seen += 1;
+                if max_files != 0 && file_parts_seen > max_files {
+                    continue;
+                }
+                let part = FilePart { field: name.clone(), filename, data: data.freeze() };
+                match form.files.iter_mut().find(|f| f.field == name) {
+                    Some(existing) => *existing = part,
+                    None => form.files.push(part),
+                }
+            }
+            None if name == "request" => form.request = Some(data.to_vec()),
+            None => {}
+        }
+    }
+    Ok(form)
+}
+
+/// Counts the call, draws its fault, runs `work` on a blocking thread with
+/// the database, and lets the fault spoil the reply.
+async fn serve<F>(ctx: Arc<Ctx>, endpoint: String, work: F) -> HttpResponse
+where
+    F: FnOnce(&Ctx, &Connection) -> Reply + Send + 'static,
+{
+    ctx.count_call(&endpoint);
+    let fault = ctx.faults.draw(&endpoint);
+    if let Some(resp) = fault.before().await {
+        return resp;
+    }
+    let ctx2 = ctx.clone();
+    let reply = web::block(move || {
+        let c = ctx2.store.lock();
+        work(&ctx2, &c)
+    })
+    .await;
+    match reply {
+        Ok(r) => respond(&fault, r),
+        Err(e) => {
+            tracing::error!(endpoint, error = %e, "handler failed");
+            HttpResponse::InternalServerError().finish()
+        }
+    }
+}
+
+fn respond(fault: &Fault, r: Reply) -> HttpResponse {
+    let headers: Vec<(&str, String)> = r.headers.iter().map(|(k, v)| (*k, v.clone())).collect();
+    fault.after(r.status, r.content_type, Bytes::from(r.body), &headers)
+}
+
+async fn submit_rpc_handler(req: HttpRequest, payload: web::Payload, ctx: web::Data<Ctx>) -> HttpResponse {
+    let ctx = ctx.into_inner();
+    let form = match read_form(&req, payload, &ctx).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let c2 = ctx.clone();
+    let Ok(parsed) = web::block(move || rpc::parse_request(&c2, form.request.as_deref())).await else {
+        return HttpResponse::InternalServerError().finish();
+    };
+    let endpoint = rpc::endpoint("submit_rpc_handler.php", &parsed);
+    serve(ctx, endpoint, move |ctx, c| rpc::submit_rpc::handle(ctx, c, parsed)).await
+}
+
+async fn job_file(req: HttpRequest, payload: web::Payload, ctx: web::Data<Ctx>) -> HttpResponse {
+    let ctx = ctx.into_inner();
+    let form = match read_form(&req, payload, &ctx).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let c2 = ctx.clone();
+    let request = form.request;
+    let Ok(parsed) = web::block(move || rpc::parse_request(&c2, request.as_deref())).await else {
+        return HttpResponse::InternalServerError().finish();
+    };
+    let endpoint = rpc::endpoint("job_file.php", &parsed);
+    let files = form.files;
+    serve(ctx, endpoint, move |ctx, c| rpc::job_file::handle(ctx, c, parsed, &files)).await
+}
+
+async fn get_output(req: HttpRequest, ctx: web::Data<Ctx>) -> HttpResponse {
+    let ctx = ctx.into_inner();
+    let q = rpc::get_output::parse_query(req.query_string());
+    let endpoint = format!("get_output.php:{}", rpc::get_output::command(&q));
+    serve(ctx, endpoint, move |ctx, c| rpc::get_output::handle(ctx, c, &q)).await
+}

@@ -1,0 +1,140 @@
+//! `job_file.php`: `query_files` and `upload_files`, with the file/batch
+//! associations and the real server's fatal errors on duplicate inserts.
+
+use md5::{Digest, Md5};
+use rusqlite::{params, Connection};
+
+use super::{authenticate, valid_filename, Access};
+use crate::ctx::Ctx;
+use crate::files;
+use crate::http::FilePart;
+use crate::replies::{php_duplicate_entry, project_down, xml_fail, Fail, Reply, XmlOut, XML_CONTENT_TYPE};
+use crate::store;
+use crate::xmlreq::Element;
+
+type Step = Result<(), Fail>;
+
+/// Runs the script on a parsed request and the uploaded file parts.
+pub fn handle(ctx: &Ctx, c: &Connection, req: Result<Element, String>, files: &[FilePart]) -> Reply {
+    let mut out = XmlOut::new();
+    let res = match &req {
+        Err(raw) => {
+            Err(Fail::XmlAt(format!("can't parse request message: {raw}"), format!("{}/html/user/job_file.php", ctx.php_root()), 291))
+        }
+        Ok(r) if ctx.web_stopped() && (r.name == "query_files" || r.name == "upload_files") => {
+            out.start(if r.name == "query_files" { "query_files" } else { "upload_files" });
+            Err(project_down())
+        }
+        Ok(r) => {
+            let now = ctx.clock.now();
+            match r.name.as_str() {
+                "query_files" => query_files(ctx, c, r, &mut out, now),
+                "upload_files" => upload_files(ctx, c, r, files, &mut out, now),
+                _ => Err(xml_fail("no such action")),
+            }
+        }
+    };
+    Reply::ok(XML_CONTENT_TYPE, out.finish(res, &ctx.php_root()))
+}
+
+fn query_files(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f64) -> Step {
+    out.start("query_files");
+    authenticate(c, r, Access::Files)?;
+    let delete_time = r.int("delete_time") as f64;
+    let batch_id = r.int("batch_id");
+    let mut absent = Vec::new();
+    for (i, el) in r.all("phys_name").enumerate() {
+        let name = el.text.as_str();
+        if !valid_filename(name) {
+            return Err(xml_fail("bad filename"));
+        }
+        let jf = store::job_file_by_name(c, name)?;
+        if let Some(jf) = &jf {
+            if jf.delete_time < delete_time {
+                c.prepare_cached("UPDATE job_file SET delete_time = ?1 WHERE id = ?2")?.execute(params![delete_time, jf.id])?;
+                if ctx.cfg.quirks.query_files_delete_time_error {
+                    // The script tests the update's result the wrong way round.
+                    return Err(xml_fail("job_file->update() failed: "));
+                }
+            }
+        }
+        if ctx.dirs.download.join(name).is_file() {
+            let jf_id = match &jf {
+                Some(jf) => jf.id,
+                None => store::insert_job_file(c, name, now, delete_time)?
+                    .ok_or_else(|| xml_fail(format!("query_files(): BoincJobFile::insert({name}) failed: ")))?,
+            };
+            if batch_id != 0 && !store::insert_assoc(c, jf_id, batch_id)? {
+                return Err(Fail::Fatal(php_duplicate_entry(
+                    &ctx.php_root(),
+                    &format!("{jf_id}-{batch_id}"),
+                    "job_file_id",
+                    145,
+                    ("user/job_file.php", 146, "BoincBatchFileAssoc::insert()"),
+                    ("user/job_file.php", 307, "query_files()"),
+                )));
+            }
+        } else {
+            if let Some(jf) = &jf {
+                store::delete_job_file(c, jf.id)?;
+            }
+            absent.push(i);
+        }
+    }
+    out.push("<absent_files>\n");
+    for i in absent {
+        out.push(&format!("<file>{i}</file>\n"));
+    }
+    out.push("</absent_files>\n        </query_files>\n    ");
+    Ok(())
+}
+
+fn upload_files(ctx: &Ctx, c: &Connection, r: &Element, parts: &[FilePart], out: &mut XmlOut, now: f64) -> Step {
+    out.start("upload_files");
+    authenticate(c, r, Access::Files)?;
+    let delete_time = r.int("delete_time") as f64;
+    let batch_id = r.int("batch_id");
+    let names: Vec<&str> = r.all("phys_name").map(|e| e.text.as_str()).collect();
+    if parts.len() != names.len() {
+        return Err(xml_fail(format!("# of uploaded files ({}) doesn't agree with request ({})", parts.len(), names.len())));
+    }
+    if names.iter().any(|n| !valid_filename(n)) {
+        return Err(xml_fail("bad filename"));
+    }
+    for (part, name) in parts.iter().zip(&names) {
+        tracing::debug!(file = %name, client_name = %part.filename, bytes = part.data.len(), "upload");
+        let path = ctx.dirs.download.join(name);
+        if path.is_file() {
+            // Same size and MD5: keep it; else the name is taken.
+            let same = std::fs::metadata(&path).map(|m| m.len() == part.data.len() as u64).unwrap_or(false)
+                && files::md5_file(&path).ok() == Some(format!("{:x}", Md5::digest(&part.data)));
+            if !same {
+                return Err(xml_fail(format!("file immutability violation for {name}")));
+            }
+        } else if files::write_atomic(&path, &part.data).is_err() {
+            return Err(xml_fail("file operation failed; check permissions in download/*"));
+        }
+        let Some(jf_id) = store::insert_job_file(c, name, now, delete_time)? else {
+            return Err(Fail::Fatal(php_duplicate_entry(
+                &ctx.php_root(),
+                name,
+                "jf_name",
+                124,
+                ("user/job_file.php", 256, "BoincJobFile::insert()"),
+                ("user/job_file.php", 310, "upload_files()"),
+            )));
+        };
+        if batch_id != 0 && !store::insert_assoc(c, jf_id, batch_id)? {
+            return Err(Fail::Fatal(php_duplicate_entry(
+                &ctx.php_root(),
+                &format!("{jf_id}-{batch_id}"),
+                "job_file_id",
+                145,
+                ("user/job_file.php", 263, "BoincBatchFileAssoc::insert()"),
+                ("user/job_file.php", 310, "upload_files()"),
+            )));
+        }
+    }
+    out.push("<success/>\n        </upload_files>\n    ");
+    Ok(())
+}
