@@ -232,6 +232,10 @@ impl RpcClient {
             let body = res.body().limit(4096).await.unwrap_or_default();
             return Err(Attempt::Failed(RpcError::Boinc { num: -1, msg: reply::download_error(&body) }));
         }
+        // awc ends the body stream quietly when the connection drops early,
+        // so a torn download is recognised by its length.
+        let expected: Option<u64> =
+            res.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
         let mut file = tokio::fs::File::create(&d.dest)
             .await
             .map_err(|e| Attempt::Failed(RpcError::Local(format!("can't create {}: {e}", d.dest.display()))))?;
@@ -249,6 +253,9 @@ impl RpcClient {
                         .map_err(|e| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display()))))?;
                 }
             }
+        }
+        if let Some(expected) = expected.filter(|n| *n != total) {
+            return Err(Attempt::Transient(format!("download cut short: {total} of {expected} bytes")));
         }
         file.sync_all().await.map_err(|e| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display()))))?;
         Ok(total)
