@@ -3,6 +3,7 @@
 //!
 //!     cargo bench --bench gahp_bench            # full sizes
 //!     cargo bench --bench gahp_bench -- --quick # smaller, for a smoke run
+//!     cargo bench --bench gahp_bench -- md5     # only the benchmarks whose name has `md5`
 //!
 //! Everything talks to a `boinc-sim` on 127.0.0.1 only.
 
@@ -241,6 +242,9 @@ fn query_storm(n: u32) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // Other words select benchmarks by name (cargo's own flags are skipped).
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let run = |name: &str| only.is_empty() || only.iter().any(|o| name.contains(o.as_str()));
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
@@ -250,9 +254,19 @@ fn main() {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         if quick { "quick sizes" } else { "full sizes" }
     );
-    return_latency(if quick { 1_000 } else { 10_000 });
-    big_submit(if quick { 10_000 } else { 100_000 });
-    md5_throughput(if quick { 64 } else { 512 });
-    warm_cache_and_shared_inputs(if quick { 1_000 } else { 10_000 }, 100, if quick { 64 << 10 } else { 1 << 20 });
-    query_storm(if quick { 200 } else { 1_000 });
+    if run("return_latency") {
+        return_latency(if quick { 1_000 } else { 10_000 });
+    }
+    if run("big_submit") {
+        big_submit(if quick { 10_000 } else { 100_000 });
+    }
+    if run("md5") {
+        md5_throughput(if quick { 64 } else { 512 });
+    }
+    if run("shared_inputs") {
+        warm_cache_and_shared_inputs(if quick { 1_000 } else { 10_000 }, 100, if quick { 64 << 10 } else { 1 << 20 });
+    }
+    if run("query_storm") {
+        query_storm(if quick { 200 } else { 1_000 });
+    }
 }
