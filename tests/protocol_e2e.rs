@@ -234,3 +234,23 @@ fn the_authenticator_never_reaches_the_log() {
     assert!(log.len() > 100, "something was logged");
     assert!(!log.contains(&sim.auth), "authenticator in the log");
 }
+
+#[test]
+fn results_leave_in_completion_order() {
+    let sim = Sim::start();
+    // The ping is slow, the retire fast: the retire's result comes first.
+    sim.set_faults(serde_json::json!({"seed": 1, "rules": {"submit_rpc_handler.php:ping": {"delay": 1.0, "delay_ms": 1500}}}));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = gahp(dir.path());
+    g.command(&sim.select()).unwrap();
+    g.submit_async(&async_cmd(2, AsyncCommand::Ping)).unwrap();
+    g.submit_async(&async_cmd(3, AsyncCommand::RetireBatch { batch: "nosuch".into() })).unwrap();
+    let until = Instant::now() + WAIT;
+    let mut order = Vec::new();
+    while order.len() < 2 {
+        order.extend(g.results().unwrap().into_iter().map(|r| r[0].clone()));
+        assert!(Instant::now() < until);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(order, ["3", "2"]);
+}
