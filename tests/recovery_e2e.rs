@@ -196,3 +196,31 @@ fn a_torn_download_is_fetched_again_and_never_lands_short() {
     assert_eq!(std::fs::read_to_string(dir.path().join("out")).unwrap(), "INPUT 0 OF TORN\n");
     assert_eq!(sim.calls("get_output.php:workunit_file"), 3);
 }
+
+#[test]
+fn a_daemon_killed_mid_submit_is_finished_by_the_next_one() {
+    let sim = Sim::start();
+    // submit_batch waits, so the daemon dies with the batch created and the
+    // files up, but the jobs not (yet) created.
+    sim.set_faults(json!({"seed": 1, "rules": {"submit_rpc_handler.php:submit_batch": {"delay": 1.0, "delay_ms": 2000}}}));
+    let dir = tempfile::tempdir().unwrap();
+    let files = inputs(dir.path(), 3, "killed");
+    let batch = uppercase_batch("killed", &files);
+    let mut g = ready_gahp(&sim, dir.path());
+    g.submit_async(&async_cmd(2, AsyncCommand::Submit(batch.clone()))).unwrap();
+    let until = std::time::Instant::now() + WAIT;
+    while sim.calls("submit_rpc_handler.php:submit_batch") == 0 {
+        assert!(std::time::Instant::now() < until, "submit_batch never sent");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    g.kill();
+    // The gridmanager restarts and submits the same batch again.
+    sim.set_faults(json!({}));
+    let mut g = ready_gahp(&sim, dir.path());
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap(), ["NULL"]);
+    std::thread::sleep(Duration::from_millis(2500)); // let the first, delayed submit_batch land if it will
+    let batches = sim.batches_named("killed");
+    assert_eq!(batches.len(), 1, "{batches:?}");
+    assert_eq!(sim.jobs_of(batches[0]["id"].as_i64().unwrap()).len(), 3);
+    assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1);
+}
