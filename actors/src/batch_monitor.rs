@@ -46,59 +46,78 @@ pub struct Query {
 }
 
 impl Handler<Query> for BatchMonitor {
-    type Result = ResponseActFuture<Self, CommandResult>;
+    type Result = ResponseFuture<CommandResult>;
 
-    fn handle(&mut self, msg: Query, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Query, ctx: &mut Context<Self>) -> Self::Result {
         let key: QueryKey = (msg.min_mod_time.to_bits(), msg.batches.clone());
         let window = self.config.query_coalesce;
         self.recent.retain(|_, (at, _)| at.elapsed() < window);
         if let Some((_, answer)) = self.recent.get(&key) {
-            return Box::pin(fut::ready(answer.clone()));
+            let answer = answer.clone();
+            return Box::pin(async move { answer });
         }
-        if let Some(waiters) = self.in_flight.get_mut(&key) {
-            let (tx, rx) = oneshot::channel();
-            waiters.push(tx);
-            return Box::pin(
-                async move { rx.await.unwrap_or_else(|_| CommandResult::Error("error querying batch: internal error".into())) }
-                    .into_actor(self),
-            );
+        let (tx, rx) = oneshot::channel();
+        let first = !self.in_flight.contains_key(&key);
+        self.in_flight.entry(key.clone()).or_default().push(tx);
+        if first {
+            // The RPC runs as a task of its own and reports back with
+            // QueryDone, which answers everyone waiting for this query.
+            let (rpc, auth, me) = (self.rpc.clone(), self.key.authenticator.clone(), ctx.address());
+            let widen = self.config.widen_min_mod_time;
+            actix_rt::spawn(async move {
+                let answer = query_batch2(&rpc, &auth, msg.min_mod_time, msg.batches, widen, msg.deadline).await;
+                me.do_send(QueryDone { key, answer });
+            });
         }
-        self.in_flight.insert(key.clone(), Vec::new());
-        let (rpc, auth) = (self.rpc.clone(), self.key.authenticator.clone());
-        // The server's mod_time has 1-second resolution: ask from a second
-        // earlier so that no change is lost (duplicates are harmless).
-        let asked = if self.config.widen_min_mod_time && msg.min_mod_time > 0.0 {
-            (msg.min_mod_time.floor() - 1.0).max(0.0)
-        } else {
-            msg.min_mod_time
-        };
-        let wanted = msg.batches.len();
-        Box::pin(
-            async move {
-                let xml = request::query_batch2(&auth, asked, &msg.batches);
-                let c = Call::new(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, Retry::Idempotent, msg.deadline);
-                match call(&rpc, c).await {
-                    Ok(states) if states.batches.len() == wanted => CommandResult::Batches {
-                        server_time: states.server_time,
-                        groups: states.batches.into_iter().map(|jobs| jobs.into_iter().map(|j| (j.name, j.status)).collect()).collect(),
-                    },
-                    Ok(states) => CommandResult::Error(format!(
-                        "error querying batch: -1 the server answered for {} batches, {wanted} were asked",
-                        states.batches.len()
-                    )),
-                    Err(e) => CommandResult::Error(auth.redact_in(&format!("error querying batch: {e}"))),
-                }
-            }
-            .into_actor(self)
-            .map(move |answer, act, _| {
-                for waiter in act.in_flight.remove(&key).unwrap_or_default() {
-                    let _ = waiter.send(answer.clone());
-                }
-                if !answer.is_error() {
-                    act.recent.insert(key, (Instant::now(), answer.clone()));
-                }
-                answer
-            }),
-        )
+        Box::pin(async move { rx.await.unwrap_or_else(|_| CommandResult::Error("error querying batch: internal error".into())) })
+    }
+}
+
+/// The answer of a query_batch2, for everyone who asked the same.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct QueryDone {
+    key: QueryKey,
+    answer: CommandResult,
+}
+
+impl Handler<QueryDone> for BatchMonitor {
+    type Result = ();
+
+    fn handle(&mut self, msg: QueryDone, _: &mut Context<Self>) {
+        for waiter in self.in_flight.remove(&msg.key).unwrap_or_default() {
+            let _ = waiter.send(msg.answer.clone());
+        }
+        if !msg.answer.is_error() {
+            self.recent.insert(msg.key, (Instant::now(), msg.answer));
+        }
+    }
+}
+
+/// One BOINC_QUERY_BATCHES as a query_batch2 RPC, rendered as its result.
+async fn query_batch2(
+    rpc: &Addr<RpcClient>,
+    auth: &gahp_protocol::Authenticator,
+    min_mod_time: f64,
+    batches: Vec<String>,
+    widen: bool,
+    deadline: Instant,
+) -> CommandResult {
+    // The server's mod_time has 1-second resolution: ask from a second
+    // earlier so that no change is lost (duplicates are harmless).
+    let asked = if widen && min_mod_time > 0.0 { (min_mod_time.floor() - 1.0).max(0.0) } else { min_mod_time };
+    let wanted = batches.len();
+    let xml = request::query_batch2(auth, asked, &batches);
+    let c = Call::new(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, Retry::Idempotent, deadline);
+    match call(rpc, c).await {
+        Ok(states) if states.batches.len() == wanted => CommandResult::Batches {
+            server_time: states.server_time,
+            groups: states.batches.into_iter().map(|jobs| jobs.into_iter().map(|j| (j.name, j.status)).collect()).collect(),
+        },
+        Ok(states) => CommandResult::Error(format!(
+            "error querying batch: -1 the server answered for {} batches, {wanted} were asked",
+            states.batches.len()
+        )),
+        Err(e) => CommandResult::Error(auth.redact_in(&format!("error querying batch: {e}"))),
     }
 }

@@ -83,7 +83,7 @@ pub struct Dispatch {
 impl Handler<Dispatch> for Projects {
     type Result = ();
 
-    fn handle(&mut self, msg: Dispatch, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: Dispatch, _: &mut Context<Self>) {
         let Dispatch { reqid, project, command } = msg;
         let queue = self.queue.clone();
         let Some(key) = project else {
@@ -95,18 +95,31 @@ impl Handler<Dispatch> for Projects {
         // The tree bounds its own work by command_timeout; this is the net
         // under it, so that a result comes even if something hangs.
         let limit = self.config.command_timeout + std::time::Duration::from_secs(15);
-        ctx.spawn(
-            async move {
-                let result = match tokio::time::timeout(limit, tree.send(Run { command })).await {
-                    Ok(Ok(result)) => result,
-                    Ok(Err(_)) => CommandResult::Error(format!(
-                        "{code} failed: internal error (the project's worker stopped); the command may not have completed"
-                    )),
-                    Err(_) => CommandResult::Error(format!("{code} timed out after {} s", limit.as_secs())),
-                };
-                queue.do_send(Complete { reqid, result });
-            }
-            .into_actor(self),
-        );
+        // A task of its own, not a future in this actor's context: actix
+        // polls every future of a context whenever one of them wakes, which
+        // made each new request cost O(requests in flight).
+        actix_rt::spawn(async move {
+            let result = match tokio::time::timeout(limit, tree.send(Run { command })).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => CommandResult::Error(format!(
+                    "{code} failed: internal error (the project's worker stopped); the command may not have completed"
+                )),
+                Err(_) => CommandResult::Error(format!("{code} timed out after {} s", limit.as_secs())),
+            };
+            queue.do_send(Complete { reqid, result });
+        });
+    }
+}
+
+/// The tree of a project, created if needed: the BLAH front end runs its
+/// jobs on the same tree (and HTTP client) as the BOINC_* commands.
+#[derive(Message)]
+#[rtype(result = "Addr<ProjectTree>")]
+pub struct TreeOf(pub ProjectKey);
+
+impl Handler<TreeOf> for Projects {
+    type Result = MessageResult<TreeOf>;
+    fn handle(&mut self, msg: TreeOf, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.tree(&msg.0))
     }
 }
