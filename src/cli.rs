@@ -76,6 +76,22 @@ pub struct FileConfig {
     pub initial_expire_secs: Option<u64>,
     pub ca_files: Option<Vec<PathBuf>>,
     pub hash_threads: Option<usize>,
+    pub blah: Option<BlahFileConfig>,
+}
+
+/// `[blah]`: where `grid_resource = batch boinc` jobs go (docs/blah.md).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlahFileConfig {
+    pub project_url: Option<String>,
+    /// `~/` is the home directory; a relative path is relative to this file.
+    pub authenticator_file: Option<PathBuf>,
+    pub default_app: Option<String>,
+    pub allow_project_override: Option<bool>,
+    pub status_refresh_secs: Option<f64>,
+    pub submit_timeout_secs: Option<f64>,
+    pub lease_secs: Option<f64>,
+    pub output_fetch_attempts: Option<u32>,
 }
 
 pub struct Settings {
@@ -143,6 +159,28 @@ pub fn settings(cli: &Cli) -> Result<Settings, String> {
     if let Some(v) = file.hash_threads {
         d.hash_threads = v.max(1);
     }
+    if let Some(b) = file.blah {
+        let blah = &mut d.blah;
+        blah.project_url = b.project_url.or(blah.project_url.take());
+        blah.authenticator_file = b.authenticator_file.map(|f| beside(path.as_deref(), &f)).or(blah.authenticator_file.take());
+        blah.default_app = b.default_app.or(blah.default_app.take());
+        if let Some(v) = b.allow_project_override {
+            blah.allow_project_override = v;
+        }
+        if let Some(v) = b.status_refresh_secs {
+            blah.status_refresh = secs(v);
+        }
+        if let Some(v) = b.submit_timeout_secs {
+            blah.submit_timeout = secs(v);
+        }
+        if let Some(v) = b.lease_secs {
+            blah.lease = secs(v);
+        }
+        if let Some(v) = b.output_fetch_attempts {
+            blah.output_fetch_attempts = v.max(1);
+        }
+    }
+    d.blah.config_file = path.clone();
     if let Some(f) = std::env::var_os("GAHP_SSL_CAFILE").filter(|f| !f.is_empty()) {
         d.ca_files.push(PathBuf::from(f));
     }
@@ -167,6 +205,17 @@ pub fn settings(cli: &Cli) -> Result<Settings, String> {
     let log_file = cli.log_file.clone().or(file.log_file).unwrap_or_else(|| d.state_dir.join("boinc_gahp.log"));
     let log_level = cli.log_level.clone().or(file.log_level).unwrap_or_else(|| "info".into());
     Ok(Settings { daemon: d, log_file, log_level })
+}
+
+/// `~/x` under the home directory, a relative path beside the config file.
+fn beside(config: Option<&Path>, file: &Path) -> PathBuf {
+    if let (Ok(rest), Some(home)) = (file.strip_prefix("~"), std::env::var_os("HOME")) {
+        return PathBuf::from(home).join(rest);
+    }
+    match config.and_then(Path::parent) {
+        Some(dir) if file.is_relative() => dir.join(file),
+        _ => file.to_path_buf(),
+    }
 }
 
 /// Logs go to a daily-rotated file, never to stdout (it carries the

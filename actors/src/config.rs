@@ -34,6 +34,49 @@ pub struct DaemonConfig {
     pub hash_threads: usize,
     /// Test hook: a command naming this batch or job panics its actor.
     pub panic_on: Option<String>,
+    /// The `BLAH_*` front end (`grid_resource = batch boinc`).
+    pub blah: BlahConfig,
+}
+
+/// Where `BLAH_*` jobs go and how they are watched (the `[blah]` section
+/// of the config file).
+#[derive(Debug, Clone)]
+pub struct BlahConfig {
+    /// The default project; a job may name another with `BoincProjectUrl`.
+    pub project_url: Option<String>,
+    /// A file whose first word is the account key (`BoincAuthenticatorFile`
+    /// overrides it per job).
+    pub authenticator_file: Option<PathBuf>,
+    /// The app of jobs that set neither `+remote_BoincApp` nor `batch_queue`.
+    pub default_app: Option<String>,
+    /// Jobs may choose their own project and authenticator file.
+    pub allow_project_override: bool,
+    /// One query_batch2 per project per period answers every status.
+    pub status_refresh: Duration,
+    /// A submission retries transient failures this long, then holds the job.
+    pub submit_timeout: Duration,
+    /// Batch expiry set on the server, renewed at half-life while watched.
+    pub lease: Duration,
+    /// Failed output downloads before the job is held.
+    pub output_fetch_attempts: u32,
+    /// Where this came from, named in hold reasons that ask for a fix.
+    pub config_file: Option<PathBuf>,
+}
+
+impl Default for BlahConfig {
+    fn default() -> Self {
+        BlahConfig {
+            project_url: None,
+            authenticator_file: None,
+            default_app: None,
+            allow_project_override: true,
+            status_refresh: Duration::from_secs(30),
+            submit_timeout: Duration::from_secs(3600),
+            lease: Duration::from_secs(7 * 24 * 3600),
+            output_fetch_attempts: 5,
+            config_file: None,
+        }
+    }
 }
 
 impl Default for DaemonConfig {
@@ -54,6 +97,7 @@ impl Default for DaemonConfig {
             ca_files: Vec::new(),
             hash_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             panic_on: None,
+            blah: BlahConfig::default(),
         }
     }
 }

@@ -7,10 +7,19 @@
 //!                                                                        ├─ OutputFetcher
 //!                                                                        └─ SubmitPipeline (one per submit)
 //! FileStager and StateDb are shared by every project (one hash cache).
+//!
+//! Session ──BlahDispatch──▶ BlahJobs ──▶ BlahProject (one per BOINC project,
+//!                              │          on that project's tree: RpcClient,
+//!                              └─Complete─▶ ResultQueue   SubmitPipeline)
 //! ```
 //! Each actor lives in its own file with its messages beside it.
 
 pub mod batch_monitor;
+pub mod blah_jobs;
+pub mod blah_map;
+pub mod blah_outputs;
+pub mod blah_project;
+pub mod blah_store;
 pub mod config;
 pub mod file_stager;
 pub mod output_fetcher;

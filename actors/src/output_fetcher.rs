@@ -10,8 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::boinc::{reply, request, CompletedJob, Script, Templates};
 use gahp_protocol::gahp::{CommandResult, FetchMode, FetchOutput};
+use gahp_protocol::Authenticator;
 
 use crate::projects::ProjectKey;
 use crate::rpc_client::{call, download, Call, Download, Retry, RpcClient, RpcError};
@@ -54,25 +55,8 @@ impl Handler<Fetch> for OutputFetcher {
 
 async fn fetch(key: &ProjectKey, rpc: &Addr<RpcClient>, f: &FetchOutput, deadline: Instant) -> Result<CommandResult, String> {
     let auth = &key.authenticator;
-    let xml = request::get_templates_for_job(auth, &f.job_name);
-    let templates = call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_templates, Retry::Idempotent, deadline))
-        .await
-        .map_err(|e| format!("error getting templates: {e}"))?;
-    if let Some(bad) = templates.outputs.iter().find(|n| !plain_file_name(n)) {
-        return Err(format!("error getting templates: -1 the app's output template names a file outside the job's directory: {bad}"));
-    }
-
-    let xml = request::query_completed_job(auth, &f.job_name);
-    let job = call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_query_completed_job, Retry::Idempotent, deadline))
-        .await
-        .map_err(|e| match e {
-            // The real server dies part-way for a job with no finished
-            // instance; the reference reports that as a parse failure.
-            RpcError::ServerFatal { message, .. } => {
-                format!("query_completed_job() returned -112 the job has no finished instance ({message})")
-            }
-            e => format!("query_completed_job() returned {e}"),
-        })?;
+    let templates = output_templates(rpc, auth, &f.job_name, deadline).await?;
+    let job = completed_job(rpc, auth, &f.job_name, deadline).await?;
 
     let dir = &f.dir;
     if job.canonical_resultid != 0 || job.error_resultid != 0 {
@@ -143,8 +127,46 @@ async fn fetch(key: &ProjectKey, rpc: &Addr<RpcClient>, f: &FetchOutput, deadlin
     Ok(CommandResult::Output { exit_status: job.exit_status, elapsed_time: job.elapsed_time, cpu_time: job.cpu_time })
 }
 
+/// The app templates of a job, checked: every output name must be a plain
+/// file name, since it becomes a path here.
+pub(crate) async fn output_templates(
+    rpc: &Addr<RpcClient>,
+    auth: &Authenticator,
+    job: &str,
+    deadline: Instant,
+) -> Result<Templates, String> {
+    let xml = request::get_templates_for_job(auth, job);
+    let templates = call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_templates, Retry::Idempotent, deadline))
+        .await
+        .map_err(|e| format!("error getting templates: {e}"))?;
+    if let Some(bad) = templates.outputs.iter().find(|n| !plain_file_name(n)) {
+        return Err(format!("error getting templates: -1 the app's output template names a file outside the job's directory: {bad}"));
+    }
+    Ok(templates)
+}
+
+/// The finished instance of a job: exit status, times, stderr.
+pub(crate) async fn completed_job(
+    rpc: &Addr<RpcClient>,
+    auth: &Authenticator,
+    job: &str,
+    deadline: Instant,
+) -> Result<CompletedJob, String> {
+    let xml = request::query_completed_job(auth, job);
+    call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_query_completed_job, Retry::Idempotent, deadline)).await.map_err(|e| {
+        match e {
+            // The real server dies part-way for a job with no finished
+            // instance; the reference reports that as a parse failure.
+            RpcError::ServerFatal { message, .. } => {
+                format!("query_completed_job() returned -112 the job has no finished instance ({message})")
+            }
+            e => format!("query_completed_job() returned {e}"),
+        }
+    })
+}
+
 /// Downloads into a temporary file beside `dest`, then renames it over.
-async fn fetch_file(rpc: &Addr<RpcClient>, url: String, dest: &Path, deadline: Instant) -> Result<u64, RpcError> {
+pub(crate) async fn fetch_file(rpc: &Addr<RpcClient>, url: String, dest: &Path, deadline: Instant) -> Result<u64, RpcError> {
     let tmp = temp_beside(dest);
     let r = download(rpc, Download { url, dest: tmp.clone(), deadline }).await;
     let r = r.and_then(|n| fs::rename(&tmp, dest).map(|_| n).map_err(|e| RpcError::Local(format!("can't create {}: {e}", dest.display()))));
@@ -155,7 +177,7 @@ async fn fetch_file(rpc: &Addr<RpcClient>, url: String, dest: &Path, deadline: I
 }
 
 /// `path` if absolute, else `dir/path` (the reference joins with `/`).
-fn under(dir: &Path, path: &Path) -> PathBuf {
+pub(crate) fn under(dir: &Path, path: &Path) -> PathBuf {
     if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -163,7 +185,7 @@ fn under(dir: &Path, path: &Path) -> PathBuf {
     }
 }
 
-fn temp_beside(dest: &Path) -> PathBuf {
+pub(crate) fn temp_beside(dest: &Path) -> PathBuf {
     let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     dest.with_file_name(format!(".{name}.{:08x}.part", rand::random::<u32>()))
 }
@@ -173,7 +195,7 @@ fn plain_file_name(name: &str) -> bool {
     !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('\0')
 }
 
-fn append(path: &Path, text: &str) -> io::Result<()> {
+pub(crate) fn append(path: &Path, text: &str) -> io::Result<()> {
     let mut f = fs::OpenOptions::new().create(true).append(true).open(path)?;
     if !text.is_empty() {
         f.write_all(text.as_bytes())?;

@@ -127,6 +127,19 @@ impl Handler<Run> for ProjectTree {
     }
 }
 
+/// The tree's HTTP client, for actors that make their own calls on this
+/// project (the BLAH front end).
+#[derive(Message)]
+#[rtype(result = "Addr<RpcClient>")]
+pub struct ClientOf;
+
+impl Handler<ClientOf> for ProjectTree {
+    type Result = MessageResult<ClientOf>;
+    fn handle(&mut self, _: ClientOf, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.rpc.clone())
+    }
+}
+
 /// `NULL`, or the reference's `<operation> <n> <msg>` error text.
 fn done<E: std::fmt::Display>(r: Result<(), E>, operation: &str) -> CommandResult {
     match r {

@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use bytes::BytesMut;
-use gahp_protocol::gahp::{self, Frame, LineFramer, Request, ReturnLine};
+use gahp_protocol::gahp::{self, Frame, LineFramer, ReqId, Request, ReturnLine};
 use tokio::io::AsyncRead;
 use tokio_util::codec::{Decoder, FramedRead};
 
+use crate::blah_jobs::{BlahDispatch, BlahJobs};
+use crate::blah_store::BlahStore;
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::projects::{Dispatch, ProjectKey, Projects};
@@ -28,6 +30,7 @@ pub struct Session {
     current: Option<ProjectKey>,
     queue: Addr<ResultQueue>,
     projects: Addr<Projects>,
+    blah: Addr<BlahJobs>,
 }
 
 impl Actor for Session {
@@ -88,18 +91,23 @@ impl Session {
             Request::Async { reqid, command } => {
                 // Bind the command to the project selected now (invariant 4).
                 let project = self.current.clone();
-                ctx.wait(self.queue.send(Accept(reqid)).into_actor(self).map(move |accepted, act, _| {
-                    if accepted.unwrap_or(false) {
-                        act.reply(ReturnLine::Success);
-                        act.projects.do_send(Dispatch { reqid, project, command });
-                    } else {
-                        tracing::warn!(reqid = reqid.0, "request id already pending");
-                        act.reply(ReturnLine::Error);
-                    }
-                }));
+                self.accept(reqid, ctx, move |act| act.projects.do_send(Dispatch { reqid, project, command }));
             }
-            Request::Blah { .. } => self.reply(ReturnLine::Error), // BLAH front end is wired in the daemon separately
+            Request::Blah { reqid, command } => self.accept(reqid, ctx, move |act| act.blah.do_send(BlahDispatch { reqid, command })),
         }
+    }
+
+    /// Registers the request id: `S` and `dispatch` if it is new, else `E`.
+    fn accept(&mut self, reqid: ReqId, ctx: &mut Context<Self>, dispatch: impl FnOnce(&mut Self) + 'static) {
+        ctx.wait(self.queue.send(Accept(reqid)).into_actor(self).map(move |accepted, act, _| {
+            if accepted.unwrap_or(false) {
+                act.reply(ReturnLine::Success);
+                dispatch(act);
+            } else {
+                tracing::warn!(reqid = reqid.0, "request id already pending");
+                act.reply(ReturnLine::Error);
+            }
+        }));
     }
 }
 
@@ -181,12 +189,13 @@ pub fn start_daemon(
     output.flush()?;
 
     let db = StateDb::open(&config.state_dir)?;
-    let stager = FileStager::new(db, config.hash_threads).start();
+    let stager = FileStager::new(db.clone(), config.hash_threads).start();
     let queue = ResultQueue::default().start();
-    let projects = Projects::new(config.clone(), queue.clone(), stager).start();
+    let projects = Projects::new(config.clone(), queue.clone(), stager.clone()).start();
+    let blah = BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db)?).start();
     let session = Session::create(|ctx| {
         ctx.add_stream(FramedRead::new(input, GahpDecoder(LineFramer::new(MAX_LINE))));
-        Session { out: output, prefix: Vec::new(), current: initial_project, queue: queue.clone(), projects: projects.clone() }
+        Session { out: output, prefix: Vec::new(), current: initial_project, queue: queue.clone(), projects: projects.clone(), blah }
     });
     queue.do_send(SetSession(session.clone().recipient()));
     Ok(DaemonHandles { session, queue, projects })

@@ -42,10 +42,39 @@ impl StateDb {
                  mtime_ns INTEGER NOT NULL,
                  inode INTEGER NOT NULL,
                  md5 TEXT NOT NULL
-             );",
+             );
+             CREATE TABLE IF NOT EXISTS blah_projects (
+                 key TEXT PRIMARY KEY,
+                 url TEXT NOT NULL,
+                 authenticator_file BLOB NOT NULL
+             );
+             CREATE TABLE IF NOT EXISTS blah_jobs (
+                 batch TEXT PRIMARY KEY,
+                 project TEXT NOT NULL,
+                 job_dir TEXT NOT NULL,
+                 attempt INTEGER NOT NULL,
+                 ad TEXT NOT NULL,
+                 phase TEXT NOT NULL,
+                 boinc_status TEXT,
+                 status INTEGER,
+                 final_ad TEXT,
+                 abort_pending INTEGER NOT NULL DEFAULT 0,
+                 retired INTEGER NOT NULL DEFAULT 0,
+                 lease_until REAL NOT NULL DEFAULT 0,
+                 updated REAL NOT NULL
+             );
+             CREATE INDEX IF NOT EXISTS blah_jobs_by_dir ON blah_jobs (job_dir, attempt);",
         )
         .map_err(std::io::Error::other)?;
         Ok(StateDb { conn: Arc::new(Mutex::new(conn)) })
+    }
+
+    /// Runs `f` on the connection; call from a blocking thread (it waits
+    /// for the lock and for SQLite). The BLAH tables are used this way.
+    pub fn with_conn<T>(&self, f: impl FnOnce(&mut Connection) -> rusqlite::Result<T>) -> rusqlite::Result<T> {
+        // A panic elsewhere while holding the lock leaves SQLite consistent.
+        let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut conn)
     }
 
     /// The cached MD5 of a file, if the file is unchanged since it was hashed.

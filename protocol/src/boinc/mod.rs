@@ -104,6 +104,18 @@ pub struct BatchInfo {
     pub jobs: Vec<String>,
 }
 
+/// One `<job>` of a `query_batch` reply asked with `get_job_details`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobDetails {
+    pub name: String,
+    /// `done`, `error`, `in_progress` or `queued`.
+    pub status: String,
+    /// Names of the job's error bits: `too_many_error_results`, `cancelled`, ...
+    pub errors: Vec<String>,
+    /// Exit statuses of the instances that failed on their hosts.
+    pub exit_statuses: Vec<i64>,
+}
+
 /// A job of a `submit_batch` request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubmitJob<'a> {

@@ -14,7 +14,7 @@
 //! for a short answer (`</query_batch2>`, `</absent_files>`, `</templates>`).
 
 use super::xml::{self, find, parse_double, parse_int, Token, Tokens};
-use super::{BatchInfo, BatchStates, CompletedJob, JobState, ReplyError, Templates};
+use super::{BatchInfo, BatchStates, CompletedJob, JobDetails, JobState, ReplyError, Templates};
 
 /// Longest `error_msg` kept; the C client drops messages over 255 bytes, we
 /// keep more but not a hostile megabyte.
@@ -242,6 +242,36 @@ pub fn parse_query_batch(body: &[u8]) -> Result<BatchInfo, ReplyError> {
         }
     }
     settle(body, marker, "no </query_batch>", checked(batch, problem))
+}
+
+/// `query_batch` with `get_job_details`: each job's status, error bits and
+/// failed exit statuses. Read with the plain scanner, since the job's
+/// `<error>` texts are wanted here (they carry no `error_num`).
+pub fn parse_query_batch_details(body: &[u8]) -> Result<Vec<JobDetails>, ReplyError> {
+    let mut jobs = Vec::new();
+    let mut current: Option<JobDetails> = None;
+    let mut marker = false;
+    let mut t = Tokens::new(body);
+    while let Some(token) = t.next() {
+        match (token, current.as_mut()) {
+            (Token::End(b"query_batch"), _) => {
+                marker = true;
+                break;
+            }
+            (Token::Start(b"job"), _) => current = Some(JobDetails::default()),
+            (Token::End(b"job"), _) => jobs.extend(current.take()),
+            (Token::Start(name), Some(job)) => match name {
+                b"name" => job.name = t.value(name).unwrap_or_default(),
+                b"status" => job.status = t.value(name).unwrap_or_default(),
+                b"error" => job.errors.extend(t.value(name)),
+                b"exit_status" => job.exit_statuses.extend(t.value(name).and_then(|v| parse_int(&v))),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    let problem = current.is_some().then_some("unterminated <job>");
+    settle(body, marker, "no </query_batch>", checked(jobs, problem))
 }
 
 /// `query_batches`: every batch of the user except retired ones.
@@ -606,6 +636,29 @@ mod tests {
     fn completed_job_without_end_is_malformed() {
         let b = body("<query_completed_job>\n<completed_job>\n<error_mask>0</error_mask>\n");
         assert!(matches!(parse_query_completed_job(&b), Err(ReplyError::Malformed(_))));
+    }
+
+    #[test]
+    fn query_batch_details_as_the_spec_shows_them() {
+        let b = body(
+            "<query_batch>\n\n        <id>118</id>\n        <name>b</name>\n\
+             <job>\n<id>5001</id>\n<name>b#0</name>\n<canonical_instance_id>9001</canonical_instance_id>\n\
+             <cpu_time>3590.125</cpu_time>\n<status>done</status>\n</job>\n\
+             <job>\n<id>5002</id>\n<name>b#1</name>\n<canonical_instance_id>0</canonical_instance_id>\n\
+             <error>too_many_error_results</error>\n<error>cancelled</error>\n\
+             <exit_status>3</exit_status>\n<exit_status>-161</exit_status>\n<status>error</status>\n</job>\n\
+             </query_batch>\n",
+        );
+        let jobs = parse_query_batch_details(&b).unwrap();
+        assert_eq!(jobs.len(), 2);
+        assert_eq!((jobs[0].name.as_str(), jobs[0].status.as_str()), ("b#0", "done"));
+        assert!(jobs[0].errors.is_empty() && jobs[0].exit_statuses.is_empty());
+        assert_eq!(jobs[1].errors, ["too_many_error_results", "cancelled"]);
+        assert_eq!(jobs[1].exit_statuses, [3, -161]);
+        let err =
+            body("<query_batch>\n<error>\n<error_num>-1</error_num>\n<error_msg>no such batch</error_msg>\n</error>\n</query_batch>\n");
+        assert_eq!(parse_query_batch_details(&err), Err(boinc(-1, "no such batch")));
+        assert!(matches!(parse_query_batch_details(&body("<query_batch>\n<job><name>x</name>")), Err(ReplyError::Malformed(_))));
     }
 
     #[test]

@@ -44,6 +44,12 @@ pub fn query_batch_by_name(auth: &Authenticator, batch_name: &str) -> String {
     simple("query_batch", auth, &[("batch_name", batch_name)])
 }
 
+/// `query_batch` by name with job details (status, error bits, exit
+/// statuses of failed instances).
+pub fn query_batch_details(auth: &Authenticator, batch_name: &str) -> String {
+    simple("query_batch", auth, &[("batch_name", batch_name), ("get_job_details", "1")])
+}
+
 /// `query_batch` by id, without job details.
 pub fn query_batch_by_id(auth: &Authenticator, batch_id: i64) -> String {
     simple("query_batch", auth, &[("batch_id", &batch_id.to_string())])

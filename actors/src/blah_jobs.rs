@@ -1,0 +1,320 @@
+//! BlahJobs: the `BLAH_*` front end (`grid_resource = batch boinc`). Like
+//! `Projects` for the BOINC_* commands, it is the edge where each accepted
+//! request becomes exactly one result in the ResultQueue, shaped as its
+//! command's result must be (submit 4 fields, status 5, the rest 3), also
+//! when a project's actor dies or the work hangs.
+//!
+//! It decides which attempt a submit is (the state database remembers each
+//! `JobDirectory`'s attempts), finds the project of a job id (the config's,
+//! or one a job named, remembered by key), and hands the job to that
+//! project's `BlahProject`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures_util::future::LocalBoxFuture;
+use gahp_protocol::classad::ClassAd;
+use gahp_protocol::gahp::blah::job_status;
+use gahp_protocol::gahp::{BlahCommand, BlahResult, CommandResult, ReqId};
+use gahp_protocol::Authenticator;
+use tokio::sync::oneshot;
+
+use crate::blah_map::{self, JobId, MapError, UNCONFIGURED};
+use crate::blah_outputs::held_ad;
+use crate::blah_project::{BlahProject, Cancel, Delivered, Ping, Status, Track};
+use crate::blah_store::{self, BlahStore};
+use crate::config::DaemonConfig;
+use crate::file_stager::FileStager;
+use crate::projects::{ProjectKey, Projects};
+use crate::result_queue::{Complete, ResultQueue};
+
+/// Ended jobs are forgotten after this (their ids are not asked for again).
+const FORGET_AFTER_SECS: f64 = 90.0 * 24.0 * 3600.0;
+
+pub struct BlahJobs {
+    config: Arc<DaemonConfig>,
+    queue: Addr<ResultQueue>,
+    projects: Addr<Projects>,
+    stager: Addr<FileStager>,
+    store: BlahStore,
+    /// Projects jobs were submitted to: key -> (URL, authenticator file).
+    known: HashMap<String, (String, PathBuf)>,
+    running: HashMap<String, Addr<BlahProject>>,
+}
+
+impl BlahJobs {
+    pub fn new(
+        config: Arc<DaemonConfig>,
+        queue: Addr<ResultQueue>,
+        projects: Addr<Projects>,
+        stager: Addr<FileStager>,
+        store: BlahStore,
+    ) -> Self {
+        BlahJobs { config, queue, projects, stager, store, known: HashMap::new(), running: HashMap::new() }
+    }
+
+    /// The actor of a project key, started on first use. Err: a hold
+    /// reason (unknown key, unreadable authenticator file).
+    fn project(&mut self, pkey: &str) -> Result<Addr<BlahProject>, String> {
+        if let Some(addr) = self.running.get(pkey).filter(|a| a.connected()) {
+            return Ok(addr.clone());
+        }
+        let cfg = &self.config.blah;
+        let default = match (&cfg.project_url, &cfg.authenticator_file) {
+            (Some(url), Some(file)) if blah_map::project_key(url, file) == pkey => Some((blah_map::normalize_url(url), file.clone())),
+            _ => None,
+        };
+        let Some((url, file)) = self.known.get(pkey).cloned().or(default) else {
+            return Err(format!(
+                "this daemon does not know the BOINC project of this job (key {pkey}): its state database was lost or \
+                 another one is in use; condor_release the job to submit it again"
+            ));
+        };
+        let auth = read_authenticator(&file)?;
+        let key = ProjectKey::new(&url, Authenticator::new(auth));
+        let actor = BlahProject::new(
+            pkey.to_string(),
+            key,
+            file,
+            self.config.clone(),
+            self.projects.clone(),
+            self.stager.clone(),
+            self.store.clone(),
+        );
+        let addr = actor.start();
+        self.running.insert(pkey.to_string(), addr.clone());
+        Ok(addr)
+    }
+
+    fn work(&mut self, command: &BlahCommand, ctx: &Context<Self>) -> Work {
+        match command {
+            BlahCommand::Ping { .. } => self.ping(),
+            BlahCommand::JobSubmit { ad } => self.submit(ad, ctx),
+            BlahCommand::JobStatus { job_id } => self.status(job_id),
+            BlahCommand::JobCancel { job_id } => self.cancel(job_id),
+            // BOINC has no proxies to renew.
+            BlahCommand::JobRefreshProxy { .. } => ready(BlahResult::ok()),
+        }
+    }
+
+    /// Pings the default project. Config problems answer 0: a failed ping
+    /// makes jobs wait silently, a held job says what is wrong.
+    fn ping(&mut self) -> Work {
+        let cfg = &self.config.blah;
+        let (Some(url), Some(file)) = (&cfg.project_url, &cfg.authenticator_file) else {
+            return ready(BlahResult::ok());
+        };
+        match self.project(&blah_map::project_key(url, file)) {
+            Ok(p) => forward(p.send(Ping), "BLAH_PING"),
+            Err(e) => {
+                tracing::warn!("BLAH_PING: {e}");
+                ready(BlahResult::ok())
+            }
+        }
+    }
+
+    /// Records the attempt and answers its id at once; the project actor
+    /// submits it in the background. A job that can't go anywhere still
+    /// gets an id: its status then says why it is held.
+    fn submit(&mut self, ad: &ClassAd, ctx: &Context<Self>) -> Work {
+        let Some(job_dir) = ad.get_str("JobDirectory").map(str::trim).filter(|d| !d.is_empty()).map(String::from) else {
+            return ready(BlahResult::Submit { code: 1, error: MapError::Missing("JobDirectory").to_string(), job_id: None });
+        };
+        let (pkey, held) = match blah_map::choose_project(ad, &self.config.blah) {
+            Ok(choice) => {
+                let pkey = blah_map::project_key(&choice.url, &choice.authenticator_file);
+                if !self.known.contains_key(&pkey) {
+                    let (k, u, f) = (pkey.clone(), choice.url.clone(), choice.authenticator_file.clone());
+                    self.store.write("record a project", move |c| blah_store::add_project(c, &k, &u, &f));
+                    self.known.insert(pkey.clone(), (choice.url, choice.authenticator_file));
+                }
+                let held = self.project(&pkey).err();
+                (pkey, held)
+            }
+            Err(e) => (UNCONFIGURED.to_string(), Some(e.hold_reason())),
+        };
+        let (store, text, me) = (self.store.clone(), ad.to_string(), ctx.address());
+        Box::pin(async move {
+            let claimed = store
+                .read(move |c| {
+                    let hold = held.map(|reason| move |batch: &str| held_ad(batch, &reason).to_string());
+                    blah_store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String))
+                })
+                .await;
+            match claimed {
+                Ok((project, batch)) => {
+                    me.do_send(Claimed { project: project.clone(), batch: batch.clone() });
+                    BlahResult::submitted(JobId { project, batch }.to_string())
+                }
+                Err(e) => BlahResult::Submit { code: 1, error: format!("boinc-gahp can't record the job: {e}"), job_id: None },
+            }
+        })
+    }
+
+    fn status(&mut self, job_id: &str) -> Work {
+        let Some(id) = JobId::parse(job_id) else {
+            let error = format!("{job_id} is not a job id of this BOINC GAHP");
+            return ready(BlahResult::Status { code: 1, error, status: 0, ad: None });
+        };
+        if id.project == UNCONFIGURED {
+            let reason = MapError::NoProject { config: config_name(&self.config) }.hold_reason();
+            return self.recorded_status(id.batch, reason);
+        }
+        match self.project(&id.project) {
+            Ok(p) => forward(p.send(Status { batch: id.batch }), "BLAH_JOB_STATUS"),
+            Err(reason) => self.recorded_status(id.batch, reason),
+        }
+    }
+
+    /// A job no project actor can answer for: its recorded final status,
+    /// else held with `reason`.
+    fn recorded_status(&mut self, batch: String, reason: String) -> Work {
+        let store = self.store.clone();
+        Box::pin(async move {
+            let b = batch.clone();
+            let rec = store.read(move |c| blah_store::load(c, &b)).await.ok().flatten();
+            match rec.and_then(|r| r.status.zip(r.final_ad.and_then(|t| ClassAd::parse(&t).ok()))) {
+                Some((status, ad)) => BlahResult::status(status, ad),
+                None => BlahResult::status(job_status::HELD, held_ad(&batch, &reason)),
+            }
+        })
+    }
+
+    /// Marks the attempt cancelled (before anything else, so a resubmit of
+    /// its JobDirectory makes a new attempt) and aborts it on BOINC. Code
+    /// 0 for ids that are not ours or never reached a project: gone.
+    fn cancel(&mut self, job_id: &str) -> Work {
+        let Some(id) = JobId::parse(job_id) else {
+            tracing::info!("BLAH_JOB_CANCEL of an id that is not ours: {job_id}");
+            return ready(BlahResult::ok());
+        };
+        let b = id.batch.clone();
+        self.store.write("mark a job cancelled", move |c| blah_store::mark_cancelled(c, &b));
+        if id.project == UNCONFIGURED {
+            return ready(BlahResult::ok());
+        }
+        match self.project(&id.project) {
+            Ok(p) => {
+                let (reply, answer) = oneshot::channel();
+                p.do_send(Cancel { batch: id.batch, reply });
+                // A dropped reply (the actor died) is an error of the right shape.
+                forward(async move { answer.await.map_err(|_| MailboxError::Closed) }, "BLAH_JOB_CANCEL")
+            }
+            Err(reason) => ready(BlahResult::Simple { code: 1, error: format!("can't abort BOINC job {}: {reason}", id.batch) }),
+        }
+    }
+}
+
+/// The work of one command, run as a task of its own.
+type Work = LocalBoxFuture<'static, BlahResult>;
+
+fn ready(r: BlahResult) -> Work {
+    Box::pin(std::future::ready(r))
+}
+
+/// The reply of a project actor; if it died, an error of the right shape.
+fn forward(reply: impl Future<Output = Result<BlahResult, MailboxError>> + 'static, code: &'static str) -> Work {
+    Box::pin(async move {
+        reply.await.unwrap_or_else(|_| {
+            let error = format!("{code} failed: internal error (the project's BLAH worker stopped); try again");
+            match code {
+                "BLAH_JOB_STATUS" => BlahResult::Status { code: 1, error, status: 0, ad: None },
+                _ => BlahResult::Simple { code: 1, error },
+            }
+        })
+    })
+}
+
+/// The first word of the file: the account key.
+fn read_authenticator(file: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| {
+        format!("can't read the authenticator file {} ({e}): put the BOINC account key in it, then condor_release the job", file.display())
+    })?;
+    match text.split_whitespace().next() {
+        Some(word) => Ok(word.to_string()),
+        None => {
+            Err(format!("the authenticator file {} is empty: put the BOINC account key in it, then condor_release the job", file.display()))
+        }
+    }
+}
+
+fn config_name(config: &DaemonConfig) -> String {
+    config.blah.config_file.as_ref().map_or_else(|| "~/.config/boinc-gahp/config.toml".into(), |p| p.display().to_string())
+}
+
+impl Actor for BlahJobs {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let store = self.store.clone();
+        store.write("forget old jobs", |c| blah_store::prune(c, FORGET_AFTER_SECS));
+        // Known projects are loaded before the first command is handled.
+        ctx.wait(async move { store.read(blah_store::projects).await }.into_actor(self).map(|r, act, _| match r {
+            Ok(rows) => act.known.extend(rows.into_iter().map(|(k, u, f)| (k, (u, f)))),
+            Err(e) => tracing::warn!("can't read the known BOINC projects: {e}"),
+        }));
+    }
+}
+
+/// An accepted `BLAH_*` request.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct BlahDispatch {
+    pub reqid: ReqId,
+    pub command: BlahCommand,
+}
+
+impl Handler<BlahDispatch> for BlahJobs {
+    type Result = ();
+
+    fn handle(&mut self, msg: BlahDispatch, ctx: &mut Context<Self>) {
+        let BlahDispatch { reqid, command } = msg;
+        // The project actors bound their own work; this is the net under
+        // it, so that a result comes even if something hangs.
+        let limit = self.config.command_timeout + Duration::from_secs(15);
+        // Who retires the batch once its final status is queued.
+        let retire = match &command {
+            BlahCommand::JobStatus { job_id } => {
+                JobId::parse(job_id).and_then(|id| Some((self.running.get(&id.project)?.clone(), id.batch)))
+            }
+            _ => None,
+        };
+        let work = self.work(&command, ctx);
+        let queue = self.queue.clone();
+        // A task of its own, not a future in this actor's context (which
+        // actix polls whenever any of them wakes: O(in flight) each).
+        actix_rt::spawn(async move {
+            let result = tokio::time::timeout(limit, work)
+                .await
+                .unwrap_or_else(|_| command.failure(format!("{} timed out after {} s", command.code(), limit.as_secs())));
+            let ended = matches!(result, BlahResult::Status { code: 0, status: job_status::REMOVED | job_status::COMPLETED, .. });
+            queue.do_send(Complete { reqid, result: CommandResult::Blah(result) });
+            if let Some((project, batch)) = retire.filter(|_| ended) {
+                project.do_send(Delivered { batch });
+            }
+        });
+    }
+}
+
+/// A submit's attempt is recorded: its project actor takes it on.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Claimed {
+    project: String,
+    batch: String,
+}
+
+impl Handler<Claimed> for BlahJobs {
+    type Result = ();
+    fn handle(&mut self, msg: Claimed, _: &mut Context<Self>) {
+        if msg.project != UNCONFIGURED {
+            if let Ok(p) = self.project(&msg.project) {
+                p.do_send(Track { batch: msg.batch });
+            }
+        }
+    }
+}

@@ -1,0 +1,467 @@
+//! How a `BLAH_JOB_SUBMIT` ClassAd maps onto BOINC (`spec/blah-dialect.md`
+//! §9, `docs/blah.md`): job ids and BOINC names, the project, the app, the
+//! input files bound to the app's input template, the command line, and
+//! where outputs go. Pure but for `stat` of the input files.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use gahp_protocol::boinc::Templates;
+use gahp_protocol::classad::{self, ArgsError, ClassAd, Value};
+use gahp_protocol::gahp::{InputFile, JobParams, JobSpec, ParamValue, SubmitBatch};
+use md5::{Digest, Md5};
+
+use crate::config::BlahConfig;
+use crate::output_fetcher::under;
+
+/// The project key of jobs submitted while no project was configured
+/// (they are held; their ids still need a key).
+pub const UNCONFIGURED: &str = "none";
+
+const BATCH_PREFIX: &str = "blah#";
+
+/// A job id: `boinc/<project key>/<batch>`; the batch and its one job share
+/// the name `blah#<JobDirectory>#<attempt>`. It holds all that status and
+/// cancel need, so it stays valid when the state database is lost.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JobId {
+    pub project: String,
+    pub batch: String,
+}
+
+impl JobId {
+    pub fn parse(id: &str) -> Option<JobId> {
+        let (project, batch) = id.strip_prefix("boinc/")?.split_once('/')?;
+        let key_ok = project == UNCONFIGURED || (project.len() == 12 && project.bytes().all(|b| b.is_ascii_hexdigit()));
+        let batch_ok = batch.starts_with(BATCH_PREFIX) && batch.bytes().all(|b| b.is_ascii_alphanumeric() || b"#._-".contains(&b));
+        (key_ok && batch_ok).then(|| JobId { project: project.into(), batch: batch.into() })
+    }
+}
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "boinc/{}/{}", self.project, self.batch)
+    }
+}
+
+/// The BOINC batch and job name of one attempt. `JobDirectory` is used as
+/// is when it is plain and short (it always is from HTCondor), else its MD5,
+/// so the name never needs escaping on the server.
+pub fn batch_name(job_dir: &str, attempt: u32) -> String {
+    let plain = (1..=160).contains(&job_dir.len()) && job_dir.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    let token = if plain { job_dir.to_string() } else { format!("md5-{}", hex_md5(job_dir.as_bytes())) };
+    format!("{BATCH_PREFIX}{token}#{attempt}")
+}
+
+/// 12 hex digits naming a (project URL, authenticator file) pair in ids.
+pub fn project_key(url: &str, authenticator_file: &Path) -> String {
+    let mut bytes = normalize_url(url).into_bytes();
+    bytes.push(b'\n');
+    bytes.extend_from_slice(authenticator_file.as_os_str().as_encoded_bytes());
+    hex_md5(&bytes)[..12].to_string()
+}
+
+fn hex_md5(bytes: &[u8]) -> String {
+    Md5::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Script names are appended to the URL: it must end with `/`.
+pub fn normalize_url(url: &str) -> String {
+    let url = url.trim();
+    if url.ends_with('/') {
+        url.to_string()
+    } else {
+        format!("{url}/")
+    }
+}
+
+/// Why a job cannot go to BOINC as submitted. Each message says what to
+/// change; it becomes the job's HoldReason.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MapError {
+    #[error("the submit ClassAd has no {0} (a gridmanager bug?)")]
+    Missing(&'static str),
+    #[error(
+        "no BOINC project configured: set project_url and authenticator_file in the [blah] section of {config}, \
+         or +remote_BoincProjectUrl and +remote_BoincAuthenticatorFile in the submit file"
+    )]
+    NoProject { config: String },
+    #[error(
+        "this job names its own BOINC project, which {config} forbids (allow_project_override = false): \
+         remove +remote_BoincProjectUrl and +remote_BoincAuthenticatorFile"
+    )]
+    OverrideRefused { config: String },
+    #[error(
+        "no BOINC app chosen: set +remote_BoincApp = \"<app>\" or batch_queue = <app> in the submit file, \
+         or default_app in the [blah] section of {config}"
+    )]
+    NoApp { config: String },
+    #[error("can't parse {attr} ({err}): fix the submit file's arguments")]
+    BadArgs { attr: &'static str, err: ArgsError },
+    #[error("argument {0:?} has whitespace and both kinds of quotes, which a BOINC command line can't carry")]
+    Unquotable(String),
+    #[error("input file {path} ({from}) {problem}")]
+    Input { path: String, from: &'static str, problem: String },
+    #[error(
+        "can't tell which input file is which: app {app} takes {inputs}; {problem}. Name each file in \
+         transfer_input_files after the app input it is for, or give the one input as input = <file>"
+    )]
+    Binding { app: String, inputs: String, problem: String },
+    #[error("app {app} has no output named {name} (transfer_output_files); its outputs are: {outputs}")]
+    NoSuchOutput { app: String, name: String, outputs: String },
+    #[error("bad transfer_output_remaps entry {0:?}: expected name=path")]
+    BadRemap(String),
+}
+
+impl MapError {
+    /// The job's HoldReason: the problem, then how to go on.
+    pub fn hold_reason(&self) -> String {
+        format!("{self}; then condor_release the job")
+    }
+}
+
+/// Which project a job goes to: the config's, or the job's own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProjectChoice {
+    pub url: String,
+    pub authenticator_file: PathBuf,
+    pub overridden: bool,
+}
+
+pub fn choose_project(ad: &ClassAd, cfg: &BlahConfig) -> Result<ProjectChoice, MapError> {
+    let url = non_empty(ad, "BoincProjectUrl");
+    let file = non_empty(ad, "BoincAuthenticatorFile");
+    let overridden = url.is_some() || file.is_some();
+    if overridden && !cfg.allow_project_override {
+        return Err(MapError::OverrideRefused { config: config_name(cfg) });
+    }
+    let iwd = ad.get_str("Iwd").map(PathBuf::from).unwrap_or_default();
+    let url = url.map(str::to_string).or_else(|| cfg.project_url.clone());
+    let file = file.map(|f| under(&iwd, Path::new(f))).or_else(|| cfg.authenticator_file.clone());
+    match (url, file) {
+        (Some(url), Some(authenticator_file)) => Ok(ProjectChoice { url: normalize_url(&url), authenticator_file, overridden }),
+        _ => Err(MapError::NoProject { config: config_name(cfg) }),
+    }
+}
+
+/// The app and the attribute it came from.
+pub fn choose_app(ad: &ClassAd, cfg: &BlahConfig) -> Result<(String, &'static str), MapError> {
+    if let Some(app) = non_empty(ad, "BoincApp") {
+        return Ok((app.to_string(), "+remote_BoincApp"));
+    }
+    if let Some(app) = non_empty(ad, "Queue") {
+        return Ok((app.to_string(), "batch_queue"));
+    }
+    match &cfg.default_app {
+        Some(app) if !app.is_empty() => Ok((app.clone(), "default_app")),
+        _ => Err(MapError::NoApp { config: config_name(cfg) }),
+    }
+}
+
+fn config_name(cfg: &BlahConfig) -> String {
+    cfg.config_file.as_ref().map_or_else(|| "~/.config/boinc-gahp/config.toml".into(), |p| p.display().to_string())
+}
+
+fn non_empty<'a>(ad: &'a ClassAd, name: &str) -> Option<&'a str> {
+    ad.get_str(name).map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// The BOINC batch of one job: the app's inputs bound to local files, the
+/// arguments as a BOINC command line, the memory bound.
+pub fn submit_batch(ad: &ClassAd, batch: &str, app: &str, templates: &Templates) -> Result<SubmitBatch, MapError> {
+    let iwd = PathBuf::from(ad.get_str("Iwd").ok_or(MapError::Missing("Iwd"))?);
+    let inputs = bind_inputs(ad, &iwd, app, &templates.inputs)?;
+    let args = arguments(ad)?.iter().map(|a| boinc_arg(a)).collect::<Result<Vec<_>, _>>()?;
+    let mut params = JobParams::default();
+    let mib = match ad.get("RequestMemory") {
+        Some(Value::Int(n)) => *n as f64,
+        Some(Value::Real(r)) => *r,
+        _ => 0.0,
+    };
+    if mib > 0.0 {
+        params.rsc_memory_bound = ParamValue::Value(mib * 1024.0 * 1024.0);
+    }
+    Ok(SubmitBatch {
+        batch_name: batch.to_string(),
+        app_name: app.to_string(),
+        jobs: vec![JobSpec { name: batch.to_string(), args, inputs }],
+        params,
+    })
+}
+
+/// `Arguments` (V2), else `Args` (V1).
+fn arguments(ad: &ClassAd) -> Result<Vec<String>, MapError> {
+    if let Some(v2) = ad.get_str("Arguments") {
+        return classad::parse_args_v2(v2).map_err(|err| MapError::BadArgs { attr: "Arguments", err });
+    }
+    Ok(ad.get_str("Args").map(classad::parse_args_v1).unwrap_or_default())
+}
+
+/// One word of a BOINC command line. The client splits on whitespace and
+/// takes a word that starts with `"` or `'` up to the same quote, with no
+/// escapes (`docs/sim.md`, `split_command_line`).
+pub fn boinc_arg(arg: &str) -> Result<String, MapError> {
+    let plain = !arg.is_empty() && !arg.starts_with(['"', '\'']) && !arg.chars().any(|c| " \t\n\r\x0b\x0c".contains(c));
+    if plain {
+        Ok(arg.to_string())
+    } else if !arg.contains('"') {
+        Ok(format!("\"{arg}\""))
+    } else if !arg.contains('\'') {
+        Ok(format!("'{arg}'"))
+    } else {
+        Err(MapError::Unquotable(arg.to_string()))
+    }
+}
+
+/// Binds `TransferInput` entries and `In` to the app's input names: a file
+/// whose base name is an input's name goes there (`In` goes to `stdin` if
+/// the app has it); one input left over takes the one file left over.
+fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String]) -> Result<Vec<InputFile>, MapError> {
+    // (path, where it came from, the input name it binds to by name)
+    let mut files: Vec<(PathBuf, &'static str, Option<String>)> = Vec::new();
+    for entry in ad.get_str("TransferInput").unwrap_or("").split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        if entry.contains("://") {
+            return Err(MapError::Input { path: entry.into(), from: "transfer_input_files", problem: "is a URL; give local files".into() });
+        }
+        if entry.ends_with('/') {
+            return Err(MapError::Input {
+                path: entry.into(),
+                from: "transfer_input_files",
+                problem: "is a directory; BOINC jobs take files (archive it)".into(),
+            });
+        }
+        let base = Path::new(entry).file_name().map(|n| n.to_string_lossy().into_owned());
+        files.push((under(iwd, Path::new(entry)), "transfer_input_files", base));
+    }
+    if let Some(stdin) = ad.get_str("In").map(str::trim).filter(|s| !s.is_empty() && *s != "/dev/null") {
+        files.push((under(iwd, Path::new(stdin)), "input", Some("stdin".into())));
+    }
+
+    let mut slots: Vec<Option<usize>> = vec![None; names.len()];
+    let mut used = vec![false; files.len()];
+    for (i, (path, _, base)) in files.iter().enumerate() {
+        let Some(slot) = names.iter().position(|n| Some(n) == base.as_ref()) else { continue };
+        if let Some(other) = slots[slot] {
+            let problem = format!("both {} and {} are named {}", files[other].0.display(), path.display(), names[slot]);
+            return Err(binding(app, names, problem));
+        }
+        slots[slot] = Some(i);
+        used[i] = true;
+    }
+    let free: Vec<usize> = (0..names.len()).filter(|&s| slots[s].is_none()).collect();
+    let left: Vec<usize> = (0..files.len()).filter(|&i| !used[i]).collect();
+    match (free.as_slice(), left.as_slice()) {
+        ([], []) => {}
+        ([slot], [file]) => slots[*slot] = Some(*file),
+        (free, []) => {
+            let missing: Vec<&str> = free.iter().map(|&s| names[s].as_str()).collect();
+            return Err(binding(app, names, format!("no file for {}", missing.join(", "))));
+        }
+        (_, left) => {
+            let extra: Vec<String> = left.iter().map(|&i| files[i].0.display().to_string()).collect();
+            return Err(binding(app, names, format!("no input name matches {}", extra.join(", "))));
+        }
+    }
+
+    let mut inputs = Vec::with_capacity(names.len());
+    for (slot, name) in names.iter().enumerate() {
+        let Some((path, from, _)) = slots[slot].map(|i| &files[i]) else { continue };
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return Err(input_error(path, from, "is not a regular file")),
+            Err(e) => return Err(input_error(path, from, &format!("can't be read: {e}"))),
+        }
+        inputs.push(InputFile { src: path.clone(), dst_name: name.clone() });
+    }
+    Ok(inputs)
+}
+
+fn binding(app: &str, names: &[String], problem: String) -> MapError {
+    let inputs = if names.is_empty() { "no input files".to_string() } else { format!("the inputs {}", names.join(", ")) };
+    MapError::Binding { app: app.to_string(), inputs, problem }
+}
+
+fn input_error(path: &Path, from: &'static str, problem: &str) -> MapError {
+    MapError::Input { path: path.display().to_string(), from, problem: problem.to_string() }
+}
+
+/// Where a finished job's files go.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct OutputPlan {
+    /// (app output name, destination)
+    pub files: Vec<(String, PathBuf)>,
+    pub out: Option<PathBuf>,
+    pub err: Option<PathBuf>,
+}
+
+/// The output name whose content becomes the job's stdout (`Out`).
+pub const STDOUT_OUTPUT: &str = "stdout";
+
+/// Each `TransferOutput` entry (every app output when there is none, as
+/// HTCondor brings back every new file) to `Iwd`, renamed by
+/// `TransferOutputRemaps`; `Out` and `Err` relative to `Iwd`.
+pub fn output_plan(ad: &ClassAd, app: &str, outputs: &[String]) -> Result<OutputPlan, MapError> {
+    let (iwd, out, err) = std_streams(ad)?;
+    let mut remaps = HashMap::new();
+    for entry in ad.get_str("TransferOutputRemaps").unwrap_or("").split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        match entry.split_once('=') {
+            Some((from, to)) if !from.trim().is_empty() && !to.trim().is_empty() => {
+                remaps.insert(from.trim().to_string(), to.trim().to_string());
+            }
+            _ => return Err(MapError::BadRemap(entry.to_string())),
+        }
+    }
+    let names: Vec<String> = match ad.get_str("TransferOutput") {
+        Some(list) => list.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect(),
+        None => outputs.iter().filter(|n| out.is_none() || n.as_str() != STDOUT_OUTPUT).cloned().collect(),
+    };
+    let mut files = Vec::with_capacity(names.len());
+    for name in names {
+        if !outputs.contains(&name) {
+            return Err(MapError::NoSuchOutput { app: app.to_string(), name, outputs: outputs.join(", ") });
+        }
+        let dest = under(&iwd, Path::new(remaps.get(&name).unwrap_or(&name)));
+        files.push((name, dest));
+    }
+    Ok(OutputPlan { files, out, err })
+}
+
+/// `Iwd` and the `Out` and `Err` paths (absent or `/dev/null`: none).
+pub fn std_streams(ad: &ClassAd) -> Result<(PathBuf, Option<PathBuf>, Option<PathBuf>), MapError> {
+    let iwd = PathBuf::from(ad.get_str("Iwd").ok_or(MapError::Missing("Iwd"))?);
+    let path = |name| ad.get_str(name).map(str::trim).filter(|p| !p.is_empty() && *p != "/dev/null").map(|p| under(&iwd, Path::new(p)));
+    let (out, err) = (path("Out"), path("Err"));
+    Ok((iwd, out, err))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ad(text: &str) -> ClassAd {
+        ClassAd::parse(text).unwrap()
+    }
+
+    fn cfg() -> BlahConfig {
+        BlahConfig {
+            project_url: Some("http://p.example/proj".into()),
+            authenticator_file: Some("/home/u/.boinc/auth".into()),
+            ..BlahConfig::default()
+        }
+    }
+
+    fn templates(inputs: &[&str]) -> Templates {
+        Templates { inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: vec![] }
+    }
+
+    #[test]
+    fn ids_round_trip_and_reject_others() {
+        let id =
+            JobId { project: project_key("http://p/", Path::new("/a")), batch: batch_name("home_bl_127.0.0.1_9618_vm_2.0_1795253890", 3) };
+        assert_eq!(id.batch, "blah#home_bl_127.0.0.1_9618_vm_2.0_1795253890#3");
+        assert_eq!(JobId::parse(&id.to_string()), Some(id));
+        assert!(JobId::parse("boinc/none/blah#x#1").is_some());
+        for bad in
+            ["", "boinc/", "boinc/abc/blah#x#1", "lsf/0123456789ab/blah#x#1", "boinc/0123456789ab/other", "boinc/0123456789ab/blah#x/1"]
+        {
+            assert_eq!(JobId::parse(bad), None, "{bad}");
+        }
+        assert!(batch_name("a b/c", 1).starts_with("blah#md5-"));
+        assert_eq!(project_key("http://p", Path::new("/a")), project_key("http://p/", Path::new("/a")));
+        assert_ne!(project_key("http://p/", Path::new("/a")), project_key("http://p/", Path::new("/b")));
+    }
+
+    #[test]
+    fn project_from_config_or_job() {
+        let c = cfg();
+        let p = choose_project(&ad("[ Iwd = \"/w\" ]"), &c).unwrap();
+        assert_eq!((p.url.as_str(), p.overridden), ("http://p.example/proj/", false));
+        let p = choose_project(&ad("[ Iwd = \"/w\"; BoincProjectUrl = \"http://q/\"; BoincAuthenticatorFile = \"key\" ]"), &c).unwrap();
+        assert_eq!((p.url.as_str(), p.authenticator_file.as_path(), p.overridden), ("http://q/", Path::new("/w/key"), true));
+        let refused = BlahConfig { allow_project_override: false, ..cfg() };
+        assert!(matches!(choose_project(&ad("[ BoincProjectUrl = \"http://q/\" ]"), &refused), Err(MapError::OverrideRefused { .. })));
+        let none = BlahConfig::default();
+        let e = choose_project(&ad("[ Iwd = \"/w\" ]"), &none).unwrap_err();
+        assert!(e.to_string().contains("project_url"), "{e}");
+    }
+
+    #[test]
+    fn app_by_priority() {
+        let c = BlahConfig { default_app: Some("d".into()), ..cfg() };
+        assert_eq!(choose_app(&ad("[ BoincApp = \"a\"; Queue = \"q\" ]"), &c).unwrap().0, "a");
+        assert_eq!(choose_app(&ad("[ Queue = \"q\" ]"), &c).unwrap().0, "q");
+        assert_eq!(choose_app(&ad("[ Queue = \"\" ]"), &c).unwrap(), ("d".into(), "default_app"));
+        assert!(matches!(choose_app(&ad("[]"), &cfg()), Err(MapError::NoApp { .. })));
+    }
+
+    #[test]
+    fn boinc_command_line_words() {
+        assert_eq!(boinc_arg("plain").unwrap(), "plain");
+        assert_eq!(boinc_arg("two words").unwrap(), "\"two words\"");
+        assert_eq!(boinc_arg("").unwrap(), "\"\"");
+        assert_eq!(boinc_arg("say \"hi\"").unwrap(), "'say \"hi\"'");
+        assert_eq!(boinc_arg("'q").unwrap(), "\"'q\"");
+        assert_eq!(boinc_arg("a\"b").unwrap(), "a\"b");
+        assert!(boinc_arg("'a' \"b\"").is_err());
+    }
+
+    #[test]
+    fn inputs_bind_by_name_then_by_elimination() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        for f in ["a", "b", "data.txt", "stdin.txt"] {
+            std::fs::write(w.join(f), f).unwrap();
+        }
+        let iwd = w.display();
+        let job = |extra: &str| ad(&format!("[ Iwd = \"{iwd}\"; In = \"/dev/null\"; Arguments = \"x 'y z'\"; {extra} ]"));
+        let b = submit_batch(&job("TransferInput = \"b, a\""), "n", "concat", &templates(&["a", "b"])).unwrap();
+        let got: Vec<_> = b.jobs[0].inputs.iter().map(|i| (i.src.clone(), i.dst_name.clone())).collect();
+        assert_eq!(got, [(w.join("a"), "a".to_string()), (w.join("b"), "b".to_string())]);
+        assert_eq!(b.jobs[0].args, ["x", "\"y z\""]);
+        assert_eq!(b.jobs[0].name, "n");
+
+        // The one leftover input takes the one leftover file, or In.
+        let b = submit_batch(&job("TransferInput = \"data.txt\""), "n", "u", &templates(&["in"])).unwrap();
+        assert_eq!(b.jobs[0].inputs[0].src, w.join("data.txt"));
+        let b = submit_batch(&job("In = \"stdin.txt\""), "n", "u", &templates(&["in"])).unwrap();
+        assert_eq!(b.jobs[0].inputs[0].src, w.join("stdin.txt"));
+
+        let e = submit_batch(&job("TransferInput = \"data.txt,a\""), "n", "u", &templates(&["in"])).unwrap_err();
+        assert!(e.to_string().contains("no input name matches"), "{e}");
+        let e = submit_batch(&job(""), "n", "concat", &templates(&["a", "b"])).unwrap_err();
+        assert!(e.to_string().contains("no file for a, b"), "{e}");
+        let e = submit_batch(&job("TransferInput = \"missing\""), "n", "u", &templates(&["in"])).unwrap_err();
+        assert!(matches!(e, MapError::Input { .. }), "{e}");
+        let e = submit_batch(&job("TransferInput = \"d/\""), "n", "u", &templates(&["in"])).unwrap_err();
+        assert!(e.to_string().contains("directory"), "{e}");
+    }
+
+    #[test]
+    fn memory_and_v1_args() {
+        let a = ad("[ Iwd = \"/\"; Args = \"-n  5\"; RequestMemory = 64 ]");
+        let b = submit_batch(&a, "n", "u", &templates(&[])).unwrap();
+        assert_eq!(b.jobs[0].args, ["-n", "5"]);
+        assert_eq!(b.params.rsc_memory_bound, ParamValue::Value(64.0 * 1048576.0));
+        assert!(matches!(
+            submit_batch(&ad("[ Iwd = \"/\"; Arguments = \"'\" ]"), "n", "u", &templates(&[])),
+            Err(MapError::BadArgs { .. })
+        ));
+    }
+
+    #[test]
+    fn outputs_are_renamed_into_iwd() {
+        let outs = ["counts".to_string(), "summary".to_string(), "stdout".to_string()];
+        let a = ad("[ Iwd = \"/w\"; Out = \"o\"; Err = \"/tmp/e\"; TransferOutput = \"counts, summary\"; \
+                    TransferOutputRemaps = \"counts=c.txt; summary=/abs/s\" ]");
+        let p = output_plan(&a, "wc", &outs).unwrap();
+        assert_eq!(p.files, [("counts".into(), PathBuf::from("/w/c.txt")), ("summary".into(), PathBuf::from("/abs/s"))]);
+        assert_eq!((p.out, p.err), (Some(PathBuf::from("/w/o")), Some(PathBuf::from("/tmp/e"))));
+        // No TransferOutput: every output; stdout goes to Out instead.
+        let p = output_plan(&ad("[ Iwd = \"/w\"; Out = \"o\" ]"), "wc", &outs).unwrap();
+        assert_eq!(p.files.len(), 2);
+        let e = output_plan(&ad("[ Iwd = \"/w\"; TransferOutput = \"nope\" ]"), "wc", &outs).unwrap_err();
+        assert!(e.to_string().contains("no output named nope"), "{e}");
+        assert!(matches!(output_plan(&ad("[ Iwd = \"/w\"; TransferOutputRemaps = \"x\" ]"), "wc", &outs), Err(MapError::BadRemap(_))));
+    }
+}

@@ -1,0 +1,157 @@
+//! What a finished BLAH job leaves behind before its final status goes out
+//! (the gridmanager moves no files for a local GAHP: `spec/blah-dialect.md`
+//! §7.1), and the status ads. Downloads use OutputFetcher's machinery: a
+//! temporary file beside the destination, renamed over it.
+
+use std::io::{self, Write};
+use std::path::Path;
+use std::time::Instant;
+
+use actix::prelude::*;
+use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::classad::{ClassAd, Value};
+use gahp_protocol::gahp::blah::job_status;
+
+use crate::blah_map::{self, OutputPlan, STDOUT_OUTPUT};
+use crate::config::BlahConfig;
+use crate::output_fetcher::{append, completed_job, fetch_file, output_templates, temp_beside};
+use crate::projects::ProjectKey;
+use crate::rpc_client::{call, Call, Retry, RpcClient};
+
+/// `[ BatchjobId = "<batch>"; JobStatus = n ]`
+pub fn status_ad(batch: &str, status: i32) -> ClassAd {
+    let mut ad = ClassAd::new();
+    ad.insert("BatchjobId", Value::Str(batch.to_string()));
+    ad.insert("JobStatus", Value::Int(status.into()));
+    ad
+}
+
+/// A held job's ad: the gridmanager puts the reason on the job.
+pub fn held_ad(batch: &str, reason: &str) -> ClassAd {
+    let mut ad = status_ad(batch, job_status::HELD);
+    ad.insert("HoldReason", Value::Str(format!("boinc-gahp: {reason}")));
+    ad
+}
+
+/// Places a completed (DONE) job's files: each planned output, `Out` (the
+/// app's `stdout` output, else an empty file) and `Err` (the BOINC stderr
+/// text); returns its status-4 ad.
+pub async fn deliver_done(
+    rpc: &Addr<RpcClient>,
+    key: &ProjectKey,
+    cfg: &BlahConfig,
+    batch: &str,
+    ad: &ClassAd,
+    deadline: Instant,
+) -> Result<ClassAd, String> {
+    let auth = &key.authenticator;
+    let templates = output_templates(rpc, auth, batch, deadline).await?;
+    let app = blah_map::choose_app(ad, cfg).map(|a| a.0).unwrap_or_default();
+    let plan = blah_map::output_plan(ad, &app, &templates.outputs).map_err(|e| e.to_string())?;
+    let job = completed_job(rpc, auth, batch, deadline).await?;
+
+    let get = |name: &str, dest: &Path| {
+        let url = templates.outputs.iter().position(|n| n == name).map(|i| request::output_url(&key.url, auth, batch, i));
+        let (name, dest) = (name.to_string(), dest.to_path_buf());
+        async move {
+            let url = url.ok_or_else(|| format!("the app has no output {name}"))?;
+            fetch_file(rpc, url, &dest, deadline).await.map_err(|e| format!("can't fetch {}: {e}", dest.display()))
+        }
+    };
+    for (name, dest) in &plan.files {
+        get(name, dest).await?;
+    }
+    if let Some(out) = &plan.out {
+        if templates.outputs.iter().any(|n| n == STDOUT_OUTPUT) {
+            get(STDOUT_OUTPUT, out).await?;
+        } else {
+            write_whole(out, b"").map_err(|e| format!("can't write {}: {e}", out.display()))?;
+        }
+    }
+    write_err(&plan, &job.stderr_out)?;
+
+    let mut done = status_ad(batch, job_status::COMPLETED);
+    done.insert("ExitCode", Value::Int(job.exit_status));
+    done.insert("ExitBySignal", Value::Bool(false));
+    done.insert("RemoteWallClockTime", Value::Real(job.elapsed_time));
+    done.insert("RemoteUserCpu", Value::Real(job.cpu_time));
+    Ok(done)
+}
+
+/// The final status of a job BOINC reports as ERROR: 3 if it was aborted
+/// there (not by us: we stop watching what we cancel), else 4 with the
+/// failed instances' exit status, and empty `Out` / BOINC stderr in `Err`
+/// when the job's ad is known.
+pub async fn resolve_error(
+    rpc: &Addr<RpcClient>,
+    key: &ProjectKey,
+    batch: &str,
+    ad: Option<&ClassAd>,
+    deadline: Instant,
+) -> Result<(i32, ClassAd), String> {
+    let auth = &key.authenticator;
+    let xml = request::query_batch_details(auth, batch);
+    let jobs = call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_query_batch_details, Retry::Idempotent, deadline))
+        .await
+        .map_err(|e| format!("can't query BOINC batch {batch}: {e}"))?;
+    let details = jobs.into_iter().find(|j| j.name == batch).ok_or_else(|| format!("BOINC batch {batch} has no job of its name"))?;
+    if details.errors.iter().any(|e| e == "cancelled") {
+        let mut removed = status_ad(batch, job_status::REMOVED);
+        removed.insert("RemoveReason", Value::Str("the BOINC job was aborted on the project".into()));
+        return Ok((job_status::REMOVED, removed));
+    }
+    // Servers on PHP >= 8.1 die on this query for a job without a canonical
+    // instance: stderr and times are then unknown.
+    let completed = completed_job(rpc, auth, batch, deadline).await.ok().filter(|c| c.error_resultid != 0);
+    let exit = details.exit_statuses.last().copied().or(completed.as_ref().map(|c| c.exit_status));
+    let mut reason = format!("BOINC job failed ({})", details.errors.join(", "));
+    if let Some(e) = exit {
+        reason.push_str(&format!("; exit status {e}"));
+    }
+    if let Some(ad) = ad {
+        let plan = blah_map::std_streams(ad).map(|(_, out, err)| OutputPlan { files: vec![], out, err }).map_err(|e| e.to_string())?;
+        if let Some(out) = &plan.out {
+            write_whole(out, b"").map_err(|e| format!("can't write {}: {e}", out.display()))?;
+        }
+        write_err(&plan, completed.as_ref().map_or("", |c| c.stderr_out.as_str()))?;
+    }
+    let mut failed = status_ad(batch, job_status::COMPLETED);
+    // Exit codes outside 1..=255 (BOINC's negative client errors, or none)
+    // read as 1; the BOINC value is in ExitReason.
+    failed.insert("ExitCode", Value::Int(exit.filter(|e| (1..=255).contains(e)).unwrap_or(1)));
+    failed.insert("ExitBySignal", Value::Bool(false));
+    failed.insert("ExitReason", Value::Str(reason));
+    if let Some(c) = &completed {
+        failed.insert("RemoteWallClockTime", Value::Real(c.elapsed_time));
+        failed.insert("RemoteUserCpu", Value::Real(c.cpu_time));
+    }
+    Ok((job_status::COMPLETED, failed))
+}
+
+/// `Err` gets the stderr text; when it is also `Out`, after Out's content.
+fn write_err(plan: &OutputPlan, stderr: &str) -> Result<(), String> {
+    let Some(err) = &plan.err else { return Ok(()) };
+    let r = if plan.out.as_ref() == Some(err) {
+        append(err, stderr)
+    } else {
+        let mut text = stderr.to_string();
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        write_whole(err, text.as_bytes())
+    };
+    r.map_err(|e| format!("can't write {}: {e}", err.display()))
+}
+
+/// Writes a temporary file beside `path`, then renames it over: the file
+/// is whole or absent.
+fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = temp_beside(path);
+    let r = std::fs::File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()))
+        .and_then(|_| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}

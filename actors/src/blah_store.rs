@@ -1,0 +1,288 @@
+//! The durable side of BLAH jobs, in the daemon's SQLite file: each
+//! attempt's submit ad and phase (so a restarted daemon resumes it and
+//! knows where its outputs go), and the projects jobs named themselves.
+//!
+//! Every statement runs on one thread in the order it was queued, off the
+//! actor threads: a read sees every write queued before it, whichever
+//! actor queued it.
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use tokio::sync::oneshot;
+
+use crate::blah_map::batch_name;
+use crate::state_db::StateDb;
+
+type Op = Box<dyn FnOnce(&mut Connection) + Send>;
+
+#[derive(Clone)]
+pub struct BlahStore {
+    ops: mpsc::Sender<Op>,
+}
+
+impl BlahStore {
+    pub fn new(db: StateDb) -> std::io::Result<Self> {
+        let (ops, rx) = mpsc::channel::<Op>();
+        std::thread::Builder::new().name("blah-store".into()).spawn(move || {
+            for op in rx {
+                let _ = db.with_conn(|c| {
+                    op(c);
+                    Ok(())
+                });
+            }
+        })?;
+        Ok(BlahStore { ops })
+    }
+
+    /// Queues a write; a failure is logged, not returned.
+    pub fn write(&self, what: &'static str, f: impl FnOnce(&mut Connection) -> rusqlite::Result<()> + Send + 'static) {
+        let op: Op = Box::new(move |c| {
+            if let Err(e) = f(c) {
+                tracing::warn!("state database: can't {what}: {e}");
+            }
+        });
+        if self.ops.send(op).is_err() {
+            tracing::error!("state database thread is gone; can't {what}");
+        }
+    }
+
+    /// Runs a query after every write queued so far.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, String> {
+        let (tx, rx) = oneshot::channel();
+        let op: Op = Box::new(move |c| {
+            let _ = tx.send(f(c).map_err(|e| e.to_string()));
+        });
+        self.ops.send(op).map_err(|_| "state database thread is gone".to_string())?;
+        rx.await.unwrap_or_else(|_| Err("state database thread is gone".into()))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The submission has not reached BOINC yet.
+    Submitting,
+    /// On the server; watched.
+    Active,
+    /// A status (3, 4 or 5) and its ad are final.
+    Final,
+    /// The gridmanager cancelled it.
+    Cancelled,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Submitting => "submitting",
+            Phase::Active => "active",
+            Phase::Final => "final",
+            Phase::Cancelled => "cancelled",
+        }
+    }
+
+    fn parse(s: &str) -> Phase {
+        match s {
+            "submitting" => Phase::Submitting,
+            "active" => Phase::Active,
+            "final" => Phase::Final,
+            _ => Phase::Cancelled,
+        }
+    }
+}
+
+/// One attempt of one job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    pub batch: String,
+    pub project: String,
+    /// The submit ClassAd as text.
+    pub ad: String,
+    pub phase: Phase,
+    pub boinc_status: Option<String>,
+    /// Final status and its ad (text).
+    pub status: Option<i32>,
+    pub final_ad: Option<String>,
+    pub abort_pending: bool,
+    pub retired: bool,
+    /// The batch's expiry as last set on the server (0: unknown).
+    pub lease_until: f64,
+}
+
+fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// What a submit of `job_dir` gets: the attempt that is still alive
+/// (submitting, on the server, or completed: a resubmit after a lost
+/// result), else a new attempt recorded now. `held` records the new
+/// attempt as already final (status 5, the ad it makes of the batch name).
+/// Returns (project, batch).
+pub fn claim_attempt(
+    c: &mut Connection,
+    job_dir: &str,
+    project: &str,
+    ad: &str,
+    held: Option<&dyn Fn(&str) -> String>,
+) -> rusqlite::Result<(String, String)> {
+    let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let last: Option<(String, String, i64, String, Option<i32>)> = tx
+        .query_row(
+            "SELECT project, batch, attempt, phase, status FROM blah_jobs WHERE job_dir = ?1 ORDER BY attempt DESC LIMIT 1",
+            [job_dir],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .optional()?;
+    let attempt = match last {
+        Some((project, batch, _, phase, status))
+            if matches!(Phase::parse(&phase), Phase::Submitting | Phase::Active)
+                || (Phase::parse(&phase) == Phase::Final && status == Some(4)) =>
+        {
+            return Ok((project, batch));
+        }
+        Some((_, _, attempt, ..)) => attempt + 1,
+        None => 1,
+    };
+    let batch = batch_name(job_dir, u32::try_from(attempt).unwrap_or(u32::MAX));
+    let (phase, status) = if held.is_some() { (Phase::Final, Some(5)) } else { (Phase::Submitting, None) };
+    let held = held.map(|f| f(&batch));
+    tx.execute(
+        "INSERT OR REPLACE INTO blah_jobs (batch, project, job_dir, attempt, ad, phase, status, final_ad, updated) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![batch, project, job_dir, attempt, ad, phase.as_str(), status, held, now()],
+    )?;
+    tx.commit()?;
+    Ok((project.to_string(), batch))
+}
+
+pub fn load(c: &mut Connection, batch: &str) -> rusqlite::Result<Option<JobRecord>> {
+    c.prepare_cached(
+        "SELECT batch, project, ad, phase, boinc_status, status, final_ad, abort_pending, retired, lease_until \
+         FROM blah_jobs WHERE batch = ?1",
+    )?
+    .query_row([batch], |r| {
+        Ok(JobRecord {
+            batch: r.get(0)?,
+            project: r.get(1)?,
+            ad: r.get(2)?,
+            phase: Phase::parse(&r.get::<_, String>(3)?),
+            boinc_status: r.get(4)?,
+            status: r.get(5)?,
+            final_ad: r.get(6)?,
+            abort_pending: r.get(7)?,
+            retired: r.get(8)?,
+            lease_until: r.get(9)?,
+        })
+    })
+    .optional()
+}
+
+/// Moves a job on; a cancelled job stays cancelled (a late submission or
+/// delivery must not revive it).
+pub fn set_phase(c: &mut Connection, batch: &str, phase: Phase, status: Option<i32>, final_ad: Option<String>) -> rusqlite::Result<()> {
+    c.prepare_cached(
+        "UPDATE blah_jobs SET phase = ?2, status = ?3, final_ad = ?4, updated = ?5 WHERE batch = ?1 AND phase != 'cancelled'",
+    )?
+    .execute(params![batch, phase.as_str(), status, final_ad, now()])?;
+    Ok(())
+}
+
+pub fn set_boinc_status(c: &mut Connection, batch: &str, status: &str) -> rusqlite::Result<()> {
+    c.prepare_cached("UPDATE blah_jobs SET boinc_status = ?2 WHERE batch = ?1")?.execute(params![batch, status])?;
+    Ok(())
+}
+
+pub fn set_lease(c: &mut Connection, batch: &str, until: f64) -> rusqlite::Result<()> {
+    c.prepare_cached("UPDATE blah_jobs SET lease_until = ?2 WHERE batch = ?1")?.execute(params![batch, until])?;
+    Ok(())
+}
+
+pub fn mark_cancelled(c: &mut Connection, batch: &str) -> rusqlite::Result<()> {
+    c.prepare_cached("UPDATE blah_jobs SET phase = 'cancelled', updated = ?2 WHERE batch = ?1")?.execute(params![batch, now()])?;
+    Ok(())
+}
+
+pub fn set_abort_pending(c: &mut Connection, batch: &str, pending: bool) -> rusqlite::Result<()> {
+    c.prepare_cached("UPDATE blah_jobs SET abort_pending = ?2 WHERE batch = ?1")?.execute(params![batch, pending])?;
+    Ok(())
+}
+
+pub fn set_retired(c: &mut Connection, batch: &str) -> rusqlite::Result<()> {
+    c.prepare_cached("UPDATE blah_jobs SET retired = 1 WHERE batch = ?1")?.execute([batch])?;
+    Ok(())
+}
+
+/// Aborts a restarted daemon still owes the server.
+pub fn pending_aborts(c: &mut Connection, project: &str) -> rusqlite::Result<Vec<String>> {
+    let mut s = c.prepare_cached("SELECT batch FROM blah_jobs WHERE project = ?1 AND abort_pending = 1")?;
+    let rows = s.query_map([project], |r| r.get(0))?;
+    rows.collect()
+}
+
+/// Projects named by jobs: key -> (URL, authenticator file).
+pub fn projects(c: &mut Connection) -> rusqlite::Result<Vec<(String, String, PathBuf)>> {
+    let mut s = c.prepare("SELECT key, url, authenticator_file FROM blah_projects")?;
+    let rows = s.query_map([], |r| {
+        let file: Vec<u8> = r.get(2)?;
+        Ok((r.get(0)?, r.get(1)?, PathBuf::from(String::from_utf8_lossy(&file).into_owned())))
+    })?;
+    rows.collect()
+}
+
+pub fn add_project(c: &mut Connection, key: &str, url: &str, file: &std::path::Path) -> rusqlite::Result<()> {
+    c.execute(
+        "INSERT OR IGNORE INTO blah_projects (key, url, authenticator_file) VALUES (?1, ?2, ?3)",
+        params![key, url, file.as_os_str().as_encoded_bytes()],
+    )?;
+    Ok(())
+}
+
+/// Forgets jobs that ended long ago (their ids are no longer asked for).
+pub fn prune(c: &mut Connection, older_than_secs: f64) -> rusqlite::Result<()> {
+    c.execute(
+        "DELETE FROM blah_jobs WHERE phase IN ('final', 'cancelled') AND abort_pending = 0 AND updated < ?1",
+        [now() - older_than_secs],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_are_reused_while_alive_and_renewed_after_cancel() {
+        let db = StateDb::in_memory().unwrap();
+        db.with_conn(|c| {
+            check_attempts(c);
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    fn check_attempts(c: &mut Connection) {
+        let (p, b1) = claim_attempt(c, "dir", "k", "[ ]", None).unwrap();
+        assert_eq!((p.as_str(), b1.as_str()), ("k", "blah#dir#1"));
+        // A resubmit after a lost result: the same attempt, even on another project.
+        assert_eq!(claim_attempt(c, "dir", "other", "[ ]", None).unwrap(), ("k".into(), b1.clone()));
+        set_phase(c, &b1, Phase::Active, None, None).unwrap();
+        mark_cancelled(c, &b1).unwrap();
+        // A late delivery does not revive a cancelled job.
+        set_phase(c, &b1, Phase::Final, Some(4), Some("[ ]".into())).unwrap();
+        assert_eq!(load(c, &b1).unwrap().unwrap().phase, Phase::Cancelled);
+        let (_, b2) = claim_attempt(c, "dir", "k", "[ ]", None).unwrap();
+        assert_eq!(b2, "blah#dir#2");
+        // Held at once: final; the next submit is a new attempt.
+        let (_, b3) = claim_attempt(c, "held", "k", "[ ]", Some(&|b: &str| format!("[ B = \"{b}\" ]"))).unwrap();
+        let r = load(c, &b3).unwrap().unwrap();
+        assert_eq!((r.phase, r.status, r.final_ad.as_deref()), (Phase::Final, Some(5), Some("[ B = \"blah#held#1\" ]")));
+        assert_eq!(claim_attempt(c, "held", "k", "[ ]", None).unwrap().1, "blah#held#2");
+        // Completed: a resubmit gets the completed attempt.
+        set_phase(c, &b2, Phase::Final, Some(4), Some("[ ]".into())).unwrap();
+        assert_eq!(claim_attempt(c, "dir", "k", "[ ]", None).unwrap().1, b2);
+    }
+}

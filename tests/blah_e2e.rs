@@ -1,0 +1,519 @@
+//! The BLAH_* dialect end to end (`grid_resource = batch boinc`, HTCondor
+//! 10.0 and later): the real daemon over pipes, driven as a 23.9
+//! gridmanager drives it, against the simulated project on loopback.
+//! Every result line's field count is checked: a wrong one crashes the
+//! gridmanager.
+
+mod common;
+use common::*;
+use gahp_protocol::classad::{format_args_v2, ClassAd, Value};
+use gahp_protocol::gahp::BlahCommand;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A daemon config with the sim as the default project, status refreshed
+/// every 0.3 s unless `extra` says otherwise; returns its path.
+fn write_config(sim: &Sim, dir: &Path, extra: &str) -> PathBuf {
+    std::fs::write(dir.join("boinc.auth"), format!("{}\n", sim.auth)).unwrap();
+    let path = dir.join("config.toml");
+    let text = format!(
+        "[blah]\nproject_url = \"{}\"\nauthenticator_file = \"boinc.auth\"\n{}{extra}",
+        sim.url,
+        if extra.contains("status_refresh_secs") { "" } else { "status_refresh_secs = 0.3\n" }
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A simulated project and a directory holding a daemon config for it.
+struct World {
+    sim: Sim,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl World {
+    fn new(extra: &str) -> World {
+        let sim = Sim::start();
+        let dir = tempfile::tempdir().unwrap();
+        let config = write_config(&sim, dir.path(), extra);
+        World { sim, dir, config }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A daemon on this config, started as the gridmanager starts it.
+    fn start(&self) -> GahpClient {
+        start(self.path(), Some(&self.config))
+    }
+}
+
+/// An uppercase job of `<iwd>/in` (written with `text`) run with `args`.
+fn uppercase_job(iwd: &Path, job_dir: &str, text: &str, args: &str) -> ClassAd {
+    std::fs::write(iwd.join("in"), text).unwrap();
+    job_ad(iwd, job_dir, &[("BoincApp", str_value("uppercase")), ("Arguments", str_value(args)), ("TransferInput", str_value("in"))])
+}
+
+/// A daemon started as a 23.9 gridmanager starts it: COMMANDS, then
+/// RESPONSE_PREFIX (as we list it; its own reply unprefixed), ASYNC_MODE_ON,
+/// BLAH_PING 2 boinc.
+fn start(dir: &Path, config: Option<&Path>) -> GahpClient {
+    let mut args = vec![];
+    if let Some(c) = config {
+        args = vec!["--config", c.to_str().unwrap()];
+    }
+    let mut g = gahp_with(dir, &args, &[]);
+    assert!(g.banner.starts_with("$GahpVersion: "), "{}", g.banner);
+    let commands = g.command_line(b"COMMANDS").unwrap();
+    for c in ["ASYNC_MODE_ON", "BLAH_JOB_CANCEL", "BLAH_JOB_REFRESH_PROXY", "BLAH_JOB_STATUS", "BLAH_JOB_SUBMIT", "BLAH_PING"] {
+        assert!(commands.iter().any(|x| x == c), "{c} in {commands:?}");
+    }
+    if commands.iter().any(|c| c == "RESPONSE_PREFIX") {
+        assert_eq!(g.set_prefix("GAHP:").unwrap(), ["S"]);
+    }
+    assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
+    let r = blah(&mut g, BlahCommand::Ping { batch_type: "boinc".into() });
+    assert_eq!(r, ["0", "No error"]);
+    g
+}
+
+/// Sends a BLAH command and returns its result fields after the request
+/// id, checking their count (submit 4, status 5, the others 3 in all).
+fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
+    let fields = match command {
+        BlahCommand::JobSubmit { .. } => 4,
+        BlahCommand::JobStatus { .. } => 5,
+        _ => 3,
+    };
+    let r = g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, WAIT).unwrap();
+    assert_eq!(r.len() + 1, fields, "result fields of a BLAH command: {r:?}");
+    assert!(r.iter().all(|f| !f.is_empty()), "no empty field: {r:?}");
+    r
+}
+
+/// A submit ad as the 23.9 gridmanager writes it.
+fn job_ad(iwd: &Path, job_dir: &str, attrs: &[(&str, Value)]) -> ClassAd {
+    let mut ad = ClassAd::new();
+    let s = |v: &str| Value::Str(v.into());
+    ad.insert("In", s("/dev/null"));
+    ad.insert("Cmd", s(&iwd.join("job.sh").display().to_string()));
+    ad.insert("Iwd", s(&iwd.display().to_string()));
+    ad.insert("gridtype", s("boinc"));
+    ad.insert("Arguments", s(""));
+    ad.insert("Environment", s(""));
+    ad.insert("GridResource", s("batch boinc"));
+    ad.insert("JobDirectory", s(job_dir));
+    for (name, value) in attrs {
+        ad.insert(*name, value.clone());
+    }
+    ad
+}
+
+fn str_value(v: &str) -> Value {
+    Value::Str(v.into())
+}
+
+fn submit(g: &mut GahpClient, ad: ClassAd) -> String {
+    let r = blah(g, BlahCommand::JobSubmit { ad });
+    assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+    assert!(r[2].starts_with("boinc/"), "{r:?}");
+    r[2].clone()
+}
+
+fn status(g: &mut GahpClient, id: &str) -> (i32, ClassAd, Vec<String>) {
+    let r = blah(g, BlahCommand::JobStatus { job_id: id.into() });
+    let ad = if r[0] == "0" { ClassAd::parse(&r[3]).unwrap_or_else(|e| panic!("status ad {r:?}: {e}")) } else { ClassAd::new() };
+    (r[2].parse().unwrap(), ad, r)
+}
+
+/// Polls the status until it is `want` (any final status ends the wait);
+/// returns the statuses seen and the last ad.
+fn wait_status(g: &mut GahpClient, id: &str, want: i32) -> (Vec<i32>, ClassAd) {
+    let until = Instant::now() + WAIT;
+    let mut seen = Vec::new();
+    loop {
+        let (s, ad, r) = status(g, id);
+        assert!(r[0] == "0" || s == 0, "{r:?}");
+        if r[0] == "0" {
+            if seen.last() != Some(&s) {
+                seen.push(s);
+            }
+            if s == want || s >= 3 {
+                assert_eq!(s, want, "statuses {seen:?}, last {r:?}");
+                assert_eq!(ad.get_int("JobStatus"), Some(s.into()));
+                return (seen, ad);
+            }
+        }
+        assert!(Instant::now() < until, "status {want} not reached: {seen:?} {r:?}");
+        std::thread::sleep(Duration::from_millis(150));
+    }
+}
+
+/// The sim's job of this BLAH id (batch = job name).
+fn sim_job(sim: &Sim, id: &str) -> serde_json::Value {
+    let name = id.rsplit('/').next().unwrap();
+    let state = sim.state();
+    state["jobs"].as_array().unwrap().iter().find(|j| j["name"] == name).cloned().unwrap_or_else(|| panic!("no sim job {name}"))
+}
+
+fn sim_batch_state(sim: &Sim, id: &str) -> i64 {
+    let name = id.rsplit('/').next().unwrap();
+    sim.batches_named(name)[0]["state"].as_i64().unwrap()
+}
+
+fn sim_calls(sim: &Sim, endpoint: &str) -> u64 {
+    sim.state()["rpc_counts"][endpoint].as_u64().unwrap_or(0)
+}
+
+/// POSTs to the sim's introspection endpoint.
+fn sim_post(sim: &Sim, what: &str, json: &str) {
+    let rest = sim.url.strip_prefix("http://").unwrap();
+    let (addr, path) = rest.split_once('/').unwrap();
+    http(addr, "POST", &format!("/{path}__sim/{what}"), Some(json));
+}
+
+fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let until = Instant::now() + WAIT;
+    while !ok() {
+        assert!(Instant::now() < until, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_job_with_arguments_an_input_and_two_outputs_completes_with_its_files() {
+    let w = World::new("");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let iwd = dir.join("submit");
+    std::fs::create_dir_all(&iwd).unwrap();
+    std::fs::write(iwd.join("input.txt"), "b a b\nc b\n").unwrap();
+
+    let ad = job_ad(
+        &iwd,
+        "home_bl_127.0.0.1_9618_vm_2.0_1795253890",
+        &[
+            ("Arguments", str_value(&format_args_v2(&["one", "two words", "three"]))),
+            ("Environment", str_value("FOO=foo1")),
+            ("Out", str_value("job.out")),
+            ("Err", str_value("job.err")),
+            ("TransferInput", str_value("input.txt")),
+            ("TransferOutput", str_value("counts,summary")),
+            ("TransferOutputRemaps", str_value("summary=summary.txt")),
+            ("RequestMemory", Value::Int(64)),
+            ("BoincApp", str_value("wordcount")),
+        ],
+    );
+    let id = submit(&mut g, ad);
+    assert!(id.ends_with("/blah#home_bl_127.0.0.1_9618_vm_2.0_1795253890#1"), "{id}");
+    let (seen, ad) = wait_status(&mut g, &id, 4);
+    assert!(seen[..seen.len() - 1].iter().all(|s| *s == 1 || *s == 2), "{seen:?}");
+    assert_eq!(ad.get_int("ExitCode"), Some(0), "{ad}");
+    assert_eq!(ad.get_bool("ExitBySignal"), Some(false));
+    assert!(matches!(ad.get("RemoteWallClockTime"), Some(Value::Real(_))), "{ad}");
+    assert!(matches!(ad.get("RemoteUserCpu"), Some(Value::Real(_))), "{ad}");
+
+    // The files are in place before status 4.
+    assert_eq!(std::fs::read_to_string(iwd.join("counts")).unwrap(), "a 1\nb 3\nc 1\n");
+    assert!(!std::fs::read_to_string(iwd.join("summary.txt")).unwrap().is_empty());
+    assert!(!iwd.join("summary").exists(), "remapped");
+    assert_eq!(std::fs::read(iwd.join("job.out")).unwrap(), b"", "wordcount has no stdout output: empty Out");
+    let err = std::fs::read_to_string(iwd.join("job.err")).unwrap();
+    assert!(err.contains("\"two words\""), "the argument with a space arrived whole: {err}");
+
+    // The BOINC job: one batch, one job, its command line quoted for BOINC.
+    let job = sim_job(sim, &id);
+    assert_eq!(job["command_line"], "one \"two words\" three");
+    assert_eq!(job["status"], "DONE");
+    // The batch is retired once status 4 went out; status stays 4.
+    eventually("the batch is retired", || sim_batch_state(sim, &id) == 4);
+    assert_eq!(status(&mut g, &id).0, 4);
+
+    // Proxy refresh is accepted (BOINC has no proxies).
+    let r = blah(&mut g, BlahCommand::JobRefreshProxy { job_id: id.clone(), proxy: "/tmp/x509".into() });
+    assert_eq!(r[0], "0");
+    // Not one of our ids: a status error, a cancel that succeeds.
+    let (_, _, r) = status(&mut g, "lsf/20261121/123");
+    assert_eq!((r[0].as_str(), r[2].as_str(), r[3].as_str()), ("1", "0", "N/A"));
+    assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: "lsf/20261121/123".into() })[0], "0");
+    assert!(!log_text(dir).contains(&sim.auth), "the authenticator never reaches the log");
+}
+
+#[test]
+fn cancel_aborts_the_running_boinc_job_and_a_release_resubmits_a_new_attempt() {
+    let w = World::new("default_app = \"uppercase\"\n");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let iwd = dir.to_path_buf();
+    std::fs::write(iwd.join("in"), "hello\n").unwrap();
+    let ad = |args: &str| {
+        job_ad(&iwd, "home_bl_hold_1.0", &[("Arguments", str_value(args)), ("TransferInput", str_value("in")), ("Out", str_value("o"))])
+    };
+
+    let first = submit(&mut g, ad("--sleep-ms 30000"));
+    wait_status(&mut g, &first, 2);
+    // A resubmit after a lost result: the same job, not a second one.
+    assert_eq!(submit(&mut g, ad("--sleep-ms 30000")), first);
+
+    // condor_hold: the BOINC job is aborted and its batch retired.
+    assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: first.clone() }), ["0", "No error"]);
+    let job = sim_job(sim, &first);
+    assert_eq!(job["status"], "ERROR");
+    assert_ne!(job["error_mask"].as_i64().unwrap() & 16, 0, "cancelled: {job}");
+    eventually("the cancelled batch is retired", || sim_batch_state(sim, &first) == 4);
+    // Cancelling again (or something already gone) is fine.
+    assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: first.clone() })[0], "0");
+
+    // condor_release: the same JobDirectory, a new attempt under a fresh name.
+    let second = submit(&mut g, ad(""));
+    assert!(second.ends_with("/blah#home_bl_hold_1.0#2"), "{second}");
+    let (_, done) = wait_status(&mut g, &second, 4);
+    assert_eq!(done.get_int("ExitCode"), Some(0));
+    assert_eq!(std::fs::read_to_string(iwd.join("out")).unwrap(), "HELLO\n");
+    assert_eq!(sim.batches_named("blah#home_bl_hold_1.0#1").len(), 1);
+    assert_eq!(sim.batches_named("blah#home_bl_hold_1.0#2").len(), 1);
+    // A resubmit of a completed job (its result lost) gets the completed job.
+    assert_eq!(submit(&mut g, ad("")), second);
+}
+
+#[test]
+fn a_failing_job_completes_with_its_exit_code() {
+    let w = World::new("");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let iwd = dir.to_path_buf();
+    std::fs::write(iwd.join("stdin.txt"), "x\n").unwrap();
+    let ad = job_ad(
+        &iwd,
+        "home_bl_fail_3.0",
+        &[
+            ("Queue", str_value("uppercase")),
+            ("Arguments", str_value("--fail 3")),
+            ("In", str_value("stdin.txt")),
+            ("Out", str_value("f.out")),
+            ("Err", str_value("f.err")),
+        ],
+    );
+    let id = submit(&mut g, ad);
+    let (_, ad) = wait_status(&mut g, &id, 4);
+    assert_eq!(ad.get_int("ExitCode"), Some(3), "{ad}");
+    assert_eq!(ad.get_bool("ExitBySignal"), Some(false));
+    let reason = ad.get_str("ExitReason").unwrap();
+    assert!(reason.contains("too_many_error_results") && reason.contains("exit status 3"), "{reason}");
+    assert!(iwd.join("f.out").exists() && iwd.join("f.err").exists());
+    assert_eq!(sim_job(sim, &id)["status"], "ERROR");
+}
+
+#[test]
+fn jobs_a_person_must_fix_are_held_with_a_reason_that_says_what_to_do() {
+    let w = World::new("");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let iwd = dir.to_path_buf();
+    std::fs::write(iwd.join("in"), "x\n").unwrap();
+    let cases = [
+        ("home_bl_noapp", vec![("BoincApp", str_value("nosuchapp")), ("TransferInput", str_value("in"))], "has no app named nosuchapp"),
+        ("home_bl_noinput", vec![("BoincApp", str_value("uppercase")), ("TransferInput", str_value("missing.txt"))], "can't be read"),
+        ("home_bl_unbound", vec![("BoincApp", str_value("concat")), ("TransferInput", str_value("in"))], "no input name matches"),
+        ("home_bl_chooseapp", vec![("TransferInput", str_value("in"))], "+remote_BoincApp"),
+        (
+            "home_bl_badauth",
+            vec![
+                ("BoincApp", str_value("uppercase")),
+                ("TransferInput", str_value("in")),
+                ("BoincAuthenticatorFile", str_value("wrong.auth")),
+            ],
+            "refused the account key",
+        ),
+    ];
+    std::fs::write(iwd.join("wrong.auth"), "0123456789abcdef\n").unwrap();
+    for (job_dir, attrs, expect) in cases {
+        let id = submit(&mut g, job_ad(&iwd, job_dir, &attrs));
+        let (_, ad) = wait_status(&mut g, &id, 5);
+        let reason = ad.get_str("HoldReason").unwrap();
+        assert!(reason.contains(expect), "{job_dir}: {reason}");
+        assert!(reason.ends_with("condor_release the job"), "{reason}");
+        // After a remote hold the gridmanager cancels: that succeeds.
+        assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: id })[0], "0");
+    }
+    // Nothing was created on the server for any of them.
+    assert!(sim.state()["jobs"].as_array().unwrap().is_empty());
+    // A submit ad without JobDirectory is refused: 4 fields, an error, no id.
+    let mut ad = job_ad(&iwd, "x", &[]);
+    ad.remove("JobDirectory");
+    let r = blah(&mut g, BlahCommand::JobSubmit { ad });
+    assert_eq!((r[0].as_str(), r[2].as_str()), ("1", "N/A"), "{r:?}");
+}
+
+#[test]
+fn without_a_configured_project_jobs_are_held_and_ping_succeeds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut g = start(dir, None);
+    let id = submit(&mut g, job_ad(dir, "home_bl_noproject", &[("BoincApp", str_value("uppercase"))]));
+    assert!(id.starts_with("boinc/none/"), "{id}");
+    let (_, ad) = wait_status(&mut g, &id, 5);
+    assert!(ad.get_str("HoldReason").unwrap().contains("project_url"), "{ad}");
+    assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: id })[0], "0");
+}
+
+#[test]
+fn a_killed_daemon_is_replaced_and_picks_its_job_up_by_id() {
+    let w = World::new("");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let iwd = dir.join("w");
+    std::fs::create_dir_all(&iwd).unwrap();
+    let mut ad = uppercase_job(&iwd, "home_bl_restart_7.0", "restart me\n", "--sleep-ms 3000");
+    ad.insert("TransferOutput", str_value("out"));
+    ad.insert("TransferOutputRemaps", str_value("out=result.txt"));
+    let id = submit(&mut g, ad.clone());
+    wait_status(&mut g, &id, 2);
+    g.kill();
+
+    // The gridmanager starts a fresh GAHP and asks for the same id.
+    let mut g = w.start();
+    let (_, done) = wait_status(&mut g, &id, 4);
+    assert_eq!(done.get_int("ExitCode"), Some(0));
+    assert_eq!(std::fs::read_to_string(iwd.join("result.txt")).unwrap(), "RESTART ME\n");
+    // A resubmit of it (its submit result lost) makes no second job.
+    assert_eq!(submit(&mut g, ad), id);
+    assert_eq!(sim.state()["jobs"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_status_storm_costs_no_extra_rpc_and_an_outage_keeps_the_last_status() {
+    let w = World::new("status_refresh_secs = 2\n");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        ids.push(submit(&mut g, uppercase_job(dir, &format!("home_bl_storm_{i}"), "x\n", "--sleep-ms 8000")));
+    }
+    for id in &ids {
+        wait_status(&mut g, id, 2);
+    }
+    let before = sim_calls(sim, "submit_rpc_handler.php:query_batch2");
+    let started = Instant::now();
+    for _ in 0..30 {
+        for id in &ids {
+            assert_eq!(status(&mut g, id).0, 2);
+        }
+    }
+    // One refresh per 2 s period (plus one that may straddle the window).
+    let periods = started.elapsed().as_secs() / 2 + 2;
+    let calls = sim_calls(sim, "submit_rpc_handler.php:query_batch2") - before;
+    assert!(calls <= periods, "{calls} query_batch2 calls for 90 status queries; at most {periods} periods");
+
+    // The project goes down: the last known status, not errors.
+    sim_post(sim, "web", r#"{"stopped": true}"#);
+    let down = Instant::now();
+    while down.elapsed() < Duration::from_secs(5) {
+        let (s, _, r) = status(&mut g, &ids[0]);
+        assert_eq!((r[0].as_str(), s), ("0", 2), "{r:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    sim_post(sim, "web", r#"{"stopped": false}"#);
+    for id in &ids {
+        wait_status(&mut g, id, 4);
+    }
+}
+
+#[test]
+fn with_its_state_lost_a_job_is_still_watched_and_cancelled_by_its_id() {
+    let w = World::new("");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let id = submit(&mut g, uppercase_job(dir, "home_bl_lost_1.0", "x\n", "--sleep-ms 30000"));
+    wait_status(&mut g, &id, 2);
+    g.kill();
+    std::fs::remove_dir_all(dir.join("state")).unwrap();
+
+    let mut g = w.start();
+    // The first answer may be "not known yet" (an error the gridmanager
+    // retries); then the state comes from the server, by the id alone.
+    wait_status(&mut g, &id, 2);
+    assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: id.clone() }), ["0", "No error"]);
+    assert_ne!(sim_job(sim, &id)["error_mask"].as_i64().unwrap() & 16, 0, "aborted");
+}
+
+#[test]
+fn a_job_that_names_its_own_project_is_found_again_after_a_restart() {
+    let w = World::new("");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let iwd = dir.join("w");
+    std::fs::create_dir_all(&iwd).unwrap();
+    std::fs::write(iwd.join("mine.auth"), format!("{}  trailing words are ignored\n", sim.auth)).unwrap();
+    let mut ad = uppercase_job(&iwd, "home_bl_own_1.0", "own project\n", "--sleep-ms 2000");
+    ad.insert("BoincProjectUrl", str_value(sim.url.trim_end_matches('/')));
+    ad.insert("BoincAuthenticatorFile", str_value("mine.auth"));
+    let id = submit(&mut g, ad);
+    let default_key = submit(&mut g, job_ad(&iwd, "home_bl_default", &[("BoincApp", str_value("nosuchapp"))]));
+    assert_ne!(id.split('/').nth(1), default_key.split('/').nth(1), "its own project key: {id}");
+    wait_status(&mut g, &id, 2);
+    g.kill();
+
+    // No default project any more: the job's project comes from the state database.
+    let mut g = start(dir, None);
+    wait_status(&mut g, &id, 4);
+    assert_eq!(std::fs::read_to_string(iwd.join("out")).unwrap(), "OWN PROJECT\n");
+}
+
+#[test]
+fn a_panicking_project_actor_still_yields_one_result_of_the_right_shape() {
+    let w = World::new("default_app = \"uppercase\"\n");
+    let dir = w.path();
+    let mut g = gahp_with(dir, &["--config", w.config.to_str().unwrap()], &[("BOINC_GAHP_PANIC_ON", "blah#home_bl_doomed#1")]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    std::fs::write(dir.join("in"), "x\n").unwrap();
+    let ad = |d: &str| job_ad(dir, d, &[("TransferInput", str_value("in"))]);
+    let doomed = submit(&mut g, ad("home_bl_doomed"));
+    let (_, _, r) = status(&mut g, &doomed);
+    assert_eq!(r[0], "1", "{r:?}");
+    assert!(r[1].contains("internal error"), "{r:?}");
+    // The project's actor was replaced: other jobs go on.
+    let fine = submit(&mut g, ad("home_bl_fine"));
+    wait_status(&mut g, &fine, 4);
+    assert!(log_text(dir).contains("panic"));
+
+    // A request id already pending is refused with E, as for BOINC_* commands.
+    let line = gahp_protocol::gahp::request::format(&Request::Blah {
+        reqid: ReqId(900),
+        command: BlahCommand::JobStatus { job_id: fine.clone() },
+    });
+    assert_eq!(g.command_line(&line).unwrap(), ["S"]);
+    assert_eq!(g.command_line(&line).unwrap(), ["E"], "in flight or queued: pending either way");
+    assert_eq!(g.wait_result(900, WAIT).unwrap().len(), 4);
+}
+
+#[test]
+fn the_example_config_file_is_valid() {
+    use clap::Parser;
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/boinc-gahp.config.toml.example");
+    let cli = boinc_gahp::cli::Cli::parse_from(["boinc_gahp", "--config", example]);
+    let blah = boinc_gahp::cli::settings(&cli).unwrap().daemon.blah;
+    assert_eq!(blah.project_url.as_deref(), Some("https://boinc.example.org/myproject/"));
+    let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap());
+    assert_eq!(blah.authenticator_file, Some(home.join(".boinc/myproject.auth")));
+    assert_eq!(blah.status_refresh, Duration::from_secs(30));
+}
+
+#[test]
+fn a_job_submitted_during_maintenance_waits_for_the_project() {
+    let w = World::new("");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    sim_post(sim, "web", r#"{"stopped": true}"#);
+    let id = submit(&mut g, uppercase_job(dir, "home_bl_maintenance", "later\n", ""));
+    let down = Instant::now();
+    while down.elapsed() < Duration::from_secs(2) {
+        assert_eq!(status(&mut g, &id).0, 1, "waiting, not held");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    sim_post(sim, "web", r#"{"stopped": false}"#);
+    wait_status(&mut g, &id, 4);
+    assert_eq!(std::fs::read_to_string(dir.join("out")).unwrap(), "LATER\n");
+}
