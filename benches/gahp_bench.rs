@@ -91,10 +91,7 @@ fn staging_lines(dir: &Path) -> Vec<(u64, u64)> {
         }
     }
     let field = |l: &str, k: &str| l.split(&format!("{k}=")).nth(1).and_then(|r| r.split_whitespace().next()).and_then(|v| v.parse().ok());
-    text.lines()
-        .filter(|l| l.contains("staged input files"))
-        .filter_map(|l| Some((field(l, "hashed")?, field(l, "cached")?)))
-        .collect()
+    text.lines().filter(|l| l.contains("staged input files")).filter_map(|l| Some((field(l, "hashed")?, field(l, "cached")?))).collect()
 }
 
 fn return_latency(n: u32) {

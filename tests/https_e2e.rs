@@ -45,7 +45,9 @@ fn tls_server(cert_der: Vec<u8>, key_der: Vec<u8>) -> u16 {
                         if let Some((head, body)) = text.split_once("\r\n\r\n") {
                             let len = head
                                 .lines()
-                                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                                .find_map(|l| {
+                                    l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                                })
                                 .unwrap_or(0);
                             if body.len() >= len {
                                 break;

@@ -103,7 +103,13 @@ fn random_faults_on_every_endpoint_lose_nothing_and_duplicate_nothing() {
     std::fs::create_dir_all(&out).unwrap();
     for (i, (job, status)) in jobs.iter().enumerate().take(5) {
         assert_eq!(status, "DONE");
-        let fetch = FetchOutput { job_name: job.clone(), dir: out.clone(), stderr_file: "/dev/null".into(), mode: FetchMode::Some, specs: vec![OutputSpec { src: "out".into(), dst: format!("out{i}").into() }] };
+        let fetch = FetchOutput {
+            job_name: job.clone(),
+            dir: out.clone(),
+            stderr_file: "/dev/null".into(),
+            mode: FetchMode::Some,
+            specs: vec![OutputSpec { src: "out".into(), dst: format!("out{i}").into() }],
+        };
         let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
         assert_eq!(r[0], "NULL", "{r:?}");
         let n: usize = job.rsplit('#').next().unwrap().trim_end_matches(".0").parse().unwrap();
@@ -191,7 +197,13 @@ fn a_torn_download_is_fetched_again_and_never_lands_short() {
     submit_ok(&sim, &mut g, dir.path(), "torn", 1);
     wait_finished(&mut g, "torn");
     sim.set_faults(script(&[("get_output.php:workunit_file", 1, "truncate"), ("get_output.php:workunit_file", 2, "lose_reply")]));
-    let fetch = FetchOutput { job_name: "torn#0.0".into(), dir: dir.path().into(), stderr_file: "/dev/null".into(), mode: FetchMode::All, specs: vec![] };
+    let fetch = FetchOutput {
+        job_name: "torn#0.0".into(),
+        dir: dir.path().into(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
     assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap()[0], "NULL");
     assert_eq!(std::fs::read_to_string(dir.path().join("out")).unwrap(), "INPUT 0 OF TORN\n");
     assert_eq!(sim.calls("get_output.php:workunit_file"), 3);

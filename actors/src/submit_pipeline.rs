@@ -363,14 +363,19 @@ impl Run {
                     let xml = request::query_files(auth, None, &todo);
                     let absent = self.idempotent(Script::JobFile, xml, reply::parse_query_files).await.map_err(SubmitError::Files)?;
                     let absent: HashSet<usize> = absent.into_iter().collect();
-                    let (missing, present): (Vec<(usize, String)>, Vec<(usize, String)>) =
-                        todo.into_iter().enumerate().partition(|(i, _)| absent.contains(i));
-                    let present: Vec<String> = present.into_iter().map(|(_, n)| n).collect();
+                    let (mut missing, mut present) = (Vec::new(), Vec::new());
+                    for (i, name) in todo.into_iter().enumerate() {
+                        if absent.contains(&i) {
+                            missing.push(name)
+                        } else {
+                            present.push(name)
+                        }
+                    }
                     // Stored by the lost call (or by someone else): make sure
                     // they are tied to this batch; any that vanished meanwhile
                     // go round again.
-                    let vanished = self.associate_each(batch_id, &present).await?;
-                    todo = missing.into_iter().map(|(_, n)| n).chain(vanished).collect();
+                    missing.extend(self.associate_each(batch_id, &present).await?);
+                    todo = missing;
                 }
                 Err(e) => return Err(SubmitError::Files(e)),
             }
