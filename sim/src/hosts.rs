@@ -205,7 +205,9 @@ impl Engine {
             reports.push(Report {
                 result_id: id,
                 sent_time: f.sent_time,
-                elapsed: f.report_at - f.sent_time,
+                // The planned time, or longer when the real run took longer
+                // (it reports only once the process has finished).
+                elapsed: now.max(f.report_at) - f.sent_time,
                 host_flops: self.hosts[f.host].flops,
                 slot: f.slot,
                 outcome: f.outcome.unwrap_or(RunOutcome::HostError("no outcome".into())),

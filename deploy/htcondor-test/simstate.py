@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Reads the simulated BOINC project's state (GET <project_url>__sim/state,
+see docs/sim.md) for deploy/htcondor-test/run. Standard library only.
+
+  simstate.py URL jobs  [ID] [MARKER]  one line per matching BOINC job:
+                                       id name batch-name status error_mask batch-state cancelled
+  simstate.py URL aborted  ID MARKER   exit 0 if at least one BOINC job matches and every
+                                       match is cancelled (job error_mask has WU_ERROR_CANCELLED,
+                                       or its batch is aborted or retired without a result);
+                                       1 if one is not, 3 if none matches
+  simstate.py URL cmdline  ID MARKER   the command lines of the matching jobs
+  simstate.py URL count                number of BOINC jobs
+
+A job matches when a '/'-separated part of ID (the daemon's job id, the last
+word of GridJobId) is its name or its batch's name, or when MARKER is one
+of the words of its command line (the test puts a unique word into every
+HTCondor job's arguments; the built-in apps ignore unknown words).
+"""
+import json
+import sys
+import urllib.request
+
+WU_ERROR_CANCELLED = 16
+BATCH_ABORTED = 3
+BATCH_RETIRED = 4
+
+
+def load(url):
+    with urllib.request.urlopen(url.rstrip("/") + "/__sim/state", timeout=10) as r:
+        return json.load(r)
+
+
+def matches(state, ident, marker):
+    batches = {b["id"]: b for b in state.get("batches", [])}
+    parts = set(p for p in (ident or "").split("/") if p)
+    out = []
+    for j in state.get("jobs", []):
+        b = batches.get(j.get("batch"), {})
+        words = (j.get("command_line") or "").replace('"', " ").replace("'", " ").split()
+        if j.get("name") in parts or (b.get("name") and b.get("name") in parts) or (marker and marker in words):
+            out.append((j, b))
+    return out
+
+
+def cancelled(j, b):
+    if j.get("error_mask", 0) & WU_ERROR_CANCELLED:
+        return True
+    if b.get("state") == BATCH_ABORTED:
+        return True
+    return b.get("state") == BATCH_RETIRED and j.get("status") != "DONE"
+
+
+def main(argv):
+    if len(argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    url, cmd = argv[1], argv[2]
+    ident = argv[3] if len(argv) > 3 else ""
+    marker = argv[4] if len(argv) > 4 else ""
+    state = load(url)
+    if cmd == "count":
+        print(len(state.get("jobs", [])))
+        return 0
+    found = matches(state, ident, marker)
+    if cmd == "jobs":
+        for j, b in found:
+            print(j["id"], j["name"], b.get("name"), j["status"], j["error_mask"], b.get("state"), cancelled(j, b))
+        return 0
+    if cmd == "cmdline":
+        for j, _ in found:
+            print(j.get("command_line", ""))
+        return 0
+    if cmd == "aborted":
+        if not found:
+            return 3
+        return 0 if all(cancelled(j, b) for j, b in found) else 1
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
