@@ -105,6 +105,13 @@ fn numeric_prefix(s: &str) -> &str {
     &t[..i]
 }
 
+/// PHP's `is_numeric()`: the whole string (surrounding white space aside)
+/// is a number.
+pub fn is_numeric(s: &str) -> bool {
+    let t = s.trim_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    !t.is_empty() && numeric_prefix(t).len() == t.len()
+}
+
 /// `(double)$s`: lenient, `"12abc"` → 12, `"abc"` → 0.
 pub fn to_float(s: &str) -> f64 {
     let p = numeric_prefix(s);
@@ -173,7 +180,7 @@ pub fn rfc2822(t: i64) -> String {
 }
 
 /// Civil date (y, m, d) of a day count since 1970-01-01.
-fn civil(days: i64) -> (i64, i64, i64) {
+pub(crate) fn civil(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -228,5 +235,16 @@ mod tests {
         assert_eq!(html("'", false), "'");
         assert_eq!(sql_escape("a'b\\c\n"), "a\\'b\\\\c\\n");
         assert_eq!(rfc2822(1795252362), "Sat, 21 Nov 2026 09:12:42 +0000");
+    }
+
+    #[test]
+    fn numeric() {
+        assert!(is_numeric("0"));
+        assert!(is_numeric(" 12"));
+        assert!(is_numeric("1.5e3"));
+        assert!(!is_numeric("abc"));
+        assert!(!is_numeric("12abc"));
+        assert!(!is_numeric(""));
+        assert!(!is_numeric("."));
     }
 }

@@ -38,56 +38,10 @@ fn get_str<'a>(q: &'a HashMap<String, String>, name: &str) -> Result<&'a str, Ar
     }
 }
 
-/// PHP's `is_numeric()`.
-fn is_numeric(s: &str) -> bool {
-    let t = s.trim_start_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
-    let t = t.trim_end_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
-    !t.is_empty() && t.len() == leading_number_len(t)
-}
-
-fn leading_number_len(t: &str) -> usize {
-    let b = t.as_bytes();
-    let mut i = 0;
-    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-        i += 1;
-    }
-    let s = i;
-    while i < b.len() && b[i].is_ascii_digit() {
-        i += 1;
-    }
-    let mut digits = i > s;
-    if i < b.len() && b[i] == b'.' {
-        let f = i + 1;
-        let mut j = f;
-        while j < b.len() && b[j].is_ascii_digit() {
-            j += 1;
-        }
-        digits |= j > f;
-        i = j;
-    }
-    if !digits {
-        return 0;
-    }
-    if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-        let mut j = i + 1;
-        if j < b.len() && (b[j] == b'+' || b[j] == b'-') {
-            j += 1;
-        }
-        let d = j;
-        while j < b.len() && b[j].is_ascii_digit() {
-            j += 1;
-        }
-        if j > d {
-            i = j;
-        }
-    }
-    i
-}
-
 /// `get_int()`: missing or not numeric → redirect to `missing_arg_<name>.html`.
 fn get_int(q: &HashMap<String, String>, name: &str) -> Result<i64, Arg> {
     match q.get(name) {
-        Some(v) if is_numeric(v) => Ok(crate::php::to_int(v)),
+        Some(v) if crate::php::is_numeric(v) => Ok(crate::php::to_int(v)),
         _ => Err(Arg::Missing(Reply {
             status: StatusCode::FOUND,
             content_type: replies::HTML_CONTENT_TYPE,
@@ -274,20 +228,4 @@ fn batch_files(ctx: &Ctx, c: &Connection, batch_id: i64, auth: &str) -> Res<Repl
     let name = format!("boinc_batch_{}.zip", random_suffix());
     let data = zip_outputs(ctx, c, &wus)?;
     Ok(replies::download(&name, data))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn numeric() {
-        assert!(is_numeric("0"));
-        assert!(is_numeric(" 12"));
-        assert!(is_numeric("1.5e3"));
-        assert!(!is_numeric("abc"));
-        assert!(!is_numeric("12abc"));
-        assert!(!is_numeric(""));
-        assert!(!is_numeric("."));
-    }
 }
