@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use gahp_actors::projects::ProjectKey;
+use gahp_actors::project::ProjectKey;
 use gahp_actors::DaemonConfig;
 use gahp_protocol::Authenticator;
 use serde::Deserialize;

@@ -1,35 +1,30 @@
 //! The actix actors of boinc-gahp (see `design.md`, "Actors").
 //!
 //! ```text
-//! Session ──Accept/Drain──▶ ResultQueue ◀──Complete── Projects ──Run──▶ ProjectTree
-//!    ▲                          │                                        ├─ RpcClient
-//!    └──────────Notify (R)──────┘                                        ├─ BatchMonitor
-//!                                                                        ├─ OutputFetcher
-//!                                                                        └─ SubmitPipeline (one per submit)
+//! Session ──Accept/Drain──▶ ResultQueue ◀──Complete── Projects ──Run──▶ project::tree::ProjectTree
+//!    ▲                          │                                        ├─ project::rpc::RpcClient
+//!    └──────────Notify (R)──────┘                                        ├─ project::batch_monitor::BatchMonitor
+//!                                                                        ├─ project::output_fetcher::OutputFetcher
+//!                                                                        └─ project::submit_pipeline (one per submit)
 //! FileStager and StateDb are shared by every project (one hash cache).
 //!
-//! Session ──BlahDispatch──▶ BlahJobs ──▶ BlahProject (one per BOINC project,
-//!                              │          on that project's tree: RpcClient,
-//!                              └─Complete─▶ ResultQueue   SubmitPipeline)
+//! Session ──BlahDispatch──▶ blah::jobs::BlahJobs ──▶ blah::project::BlahProject
+//!                              │   (one per BOINC project, on that project's
+//!                              │    tree: RpcClient, SubmitPipeline)
+//!                              └─Complete─▶ ResultQueue
 //! ```
-//! Each actor lives in its own file with its messages beside it.
+//! The modules mirror the tree: `project/` is what one project owns,
+//! `blah/` the BLAH front end. Each actor lives in its own file with its
+//! messages beside it.
 
-pub mod batch_monitor;
-pub mod blah_jobs;
-pub mod blah_map;
-pub mod blah_outputs;
-pub mod blah_project;
-pub mod blah_store;
+pub mod blah;
 pub mod config;
 pub mod file_stager;
-pub mod output_fetcher;
-pub mod project_tree;
+pub mod project;
 pub mod projects;
 pub mod result_queue;
-pub mod rpc_client;
 pub mod session;
 pub mod state_db;
-pub mod submit_pipeline;
 
 pub use config::DaemonConfig;
 pub use session::{start_daemon, DaemonHandles};

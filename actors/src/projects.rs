@@ -9,36 +9,12 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use gahp_protocol::gahp::{AsyncCommand, CommandResult, ReqId};
-use gahp_protocol::Authenticator;
 
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
-use crate::project_tree::{ProjectTree, Run};
+use crate::project::tree::{ProjectTree, Run};
+use crate::project::ProjectKey;
 use crate::result_queue::{Complete, ResultQueue};
-
-/// A project as selected by BOINC_SELECT_PROJECT.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct ProjectKey {
-    /// The master URL, always ending with `/` (script names are appended).
-    pub url: String,
-    pub authenticator: Authenticator,
-}
-
-impl ProjectKey {
-    pub fn new(url: &str, authenticator: Authenticator) -> Self {
-        let mut url = url.to_string();
-        if !url.ends_with('/') {
-            url.push('/');
-        }
-        ProjectKey { url, authenticator }
-    }
-}
-
-impl std::fmt::Debug for ProjectKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ProjectKey({})", self.url)
-    }
-}
 
 pub struct Projects {
     config: Arc<DaemonConfig>,

@@ -12,11 +12,12 @@ use gahp_protocol::gahp::{self, Frame, LineFramer, ReqId, Request, ReturnLine};
 use tokio::io::AsyncRead;
 use tokio_util::codec::{Decoder, FramedRead};
 
-use crate::blah_jobs::{BlahDispatch, BlahJobs};
-use crate::blah_store::BlahStore;
+use crate::blah::jobs::{BlahDispatch, BlahJobs};
+use crate::blah::store::BlahStore;
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
-use crate::projects::{Dispatch, ProjectKey, Projects};
+use crate::project::ProjectKey;
+use crate::projects::{Dispatch, Projects};
 use crate::result_queue::{Accept, Drain, Notify, ResultQueue, SetAsync, SetSession};
 use crate::state_db::StateDb;
 

@@ -13,27 +13,9 @@ use rusqlite::Connection;
 
 use crate::ctx::Ctx;
 use crate::faults::Fault;
+use crate::form::{FilePart, Form};
 use crate::replies::Reply;
 use crate::rpc;
-
-/// One uploaded file part.
-#[derive(Debug, Clone)]
-pub struct FilePart {
-    pub field: String,
-    pub filename: String,
-    pub data: Bytes,
-}
-
-/// The POST form as PHP sees it.
-#[derive(Debug, Default)]
-pub struct Form {
-    /// `$_POST['request']`.
-    pub request: Option<Vec<u8>>,
-    /// `$_FILES`, in order: parts with a `filename`, at most
-    /// `max_file_uploads` of them (later ones dropped, as PHP does), a
-    /// repeated field name replacing the earlier part.
-    pub files: Vec<FilePart>,
-}
 
 pub fn routes(cfg: &mut web::ServiceConfig, project: &str) {
     cfg.service(

@@ -24,6 +24,7 @@ pub mod config;
 mod ctx;
 pub mod faults;
 mod files;
+mod form;
 mod hosts;
 mod http;
 mod introspect;

@@ -14,9 +14,9 @@
 use std::borrow::Cow;
 use std::path::PathBuf;
 
+use super::error_text::truncate;
 use super::escape::escape_into;
-use super::reply::MAX_ERROR_LEN;
-use super::request::ReqId;
+use super::reqid::ReqId;
 use crate::classad::ClassAd;
 
 /// The usual error text of a successful result (blahp writes `No error`
@@ -149,14 +149,7 @@ fn error_text(error: &str) -> Cow<'_, str> {
     if error.is_empty() {
         return Cow::Borrowed("NULL");
     }
-    if error.len() <= MAX_ERROR_LEN {
-        return Cow::Borrowed(error);
-    }
-    let mut end = MAX_ERROR_LEN;
-    while !error.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!("{}... (truncated)", &error[..end]))
+    truncate(error)
 }
 
 fn non_empty(id: Option<&str>) -> &str {
@@ -170,6 +163,7 @@ fn non_empty(id: Option<&str>) -> &str {
 mod tests {
     use super::*;
     use crate::classad::Value;
+    use crate::gahp::error_text::MAX_ERROR_LEN;
 
     fn text(bytes: Vec<u8>) -> String {
         String::from_utf8(bytes).unwrap()

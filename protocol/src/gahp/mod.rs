@@ -6,9 +6,11 @@
 //! dialect's commands and results are in [`blah`].
 
 pub mod blah;
+pub mod error_text;
 pub mod escape;
 pub mod framing;
 pub mod reply;
+pub mod reqid;
 pub mod request;
 
 pub use blah::{BlahCommand, BlahResult};

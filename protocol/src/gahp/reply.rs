@@ -5,8 +5,10 @@
 use std::borrow::Cow;
 
 use super::blah::BlahResult;
+use super::error_text::truncate;
+pub use super::error_text::MAX_ERROR_LEN;
 use super::escape::{escape_into, join_args};
-use super::request::ReqId;
+use super::reqid::ReqId;
 
 /// The banner (§1.3), also the `VERSION` reply after `S `. Spaces inside
 /// the description are escaped; at most 149 bytes not counting backslashes.
@@ -37,12 +39,6 @@ pub const COMMANDS: &[&str] = &[
     "RESULTS",
     "VERSION",
 ];
-
-/// Error messages longer than this (in bytes, before escaping) are cut.
-/// Well below the gridmanager's 500 KiB per-argument limit, and long
-/// enough that no real message (which must end, untruncated, with
-/// `no batch named <name>` for QUERY_BATCHES) is ever touched.
-pub const MAX_ERROR_LEN: usize = 16 * 1024;
 
 /// A line written in direct answer to a request line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,14 +159,7 @@ fn sanitize_message(message: &str) -> Cow<'_, str> {
     if message == "NULL" {
         return Cow::Borrowed("error: NULL");
     }
-    if message.len() <= MAX_ERROR_LEN {
-        return Cow::Borrowed(message);
-    }
-    let mut end = MAX_ERROR_LEN;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!("{}... (truncated)", &message[..end]))
+    truncate(message)
 }
 
 #[cfg(test)]

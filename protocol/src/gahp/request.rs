@@ -11,12 +11,9 @@ use std::path::PathBuf;
 
 use super::blah::BlahCommand;
 use super::escape::{escape_with, split_args, Nul};
+pub use super::reqid::ReqId;
 use crate::classad::ClassAd;
 use crate::secret::Authenticator;
-
-/// A request id: a non-zero decimal integer chosen by the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ReqId(pub u32);
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Request {
@@ -163,12 +160,6 @@ pub enum ParseError {
     UnknownCommand(String),
     #[error("{command}: {reason}")]
     Malformed { command: &'static str, reason: String },
-}
-
-impl std::fmt::Display for ReqId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
 }
 
 impl FetchMode {

@@ -7,7 +7,7 @@ use rusqlite::{params, Connection};
 use super::{authenticate, valid_filename, Access};
 use crate::ctx::Ctx;
 use crate::files;
-use crate::http::FilePart;
+use crate::form::FilePart;
 use crate::replies::{php_duplicate_entry, project_down, xml_fail, Fail, Reply, XmlOut, XML_CONTENT_TYPE};
 use crate::store;
 use crate::xmlreq::Element;

@@ -23,13 +23,14 @@ use gahp_protocol::gahp::{BlahCommand, BlahResult, CommandResult, ReqId};
 use gahp_protocol::Authenticator;
 use tokio::sync::oneshot;
 
-use crate::blah_map::{self, JobId, MapError, UNCONFIGURED};
-use crate::blah_outputs::held_ad;
-use crate::blah_project::{BlahProject, Cancel, Delivered, Ping, Status, Track};
-use crate::blah_store::{self, BlahStore};
+use crate::blah::map::{self, JobId, MapError, UNCONFIGURED};
+use crate::blah::outputs::held_ad;
+use crate::blah::project::{BlahProject, Cancel, Delivered, Ping, Status, Track};
+use crate::blah::store::{self, BlahStore};
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
-use crate::projects::{ProjectKey, Projects};
+use crate::project::ProjectKey;
+use crate::projects::Projects;
 use crate::result_queue::{Complete, ResultQueue};
 
 /// Ended jobs are forgotten after this (their ids are not asked for again).
@@ -65,7 +66,7 @@ impl BlahJobs {
         }
         let cfg = &self.config.blah;
         let default = match (&cfg.project_url, &cfg.authenticator_file) {
-            (Some(url), Some(file)) if blah_map::project_key(url, file) == pkey => Some((blah_map::normalize_url(url), file.clone())),
+            (Some(url), Some(file)) if map::project_key(url, file) == pkey => Some((map::normalize_url(url), file.clone())),
             _ => None,
         };
         let Some((url, file)) = self.known.get(pkey).cloned().or(default) else {
@@ -108,7 +109,7 @@ impl BlahJobs {
         let (Some(url), Some(file)) = (&cfg.project_url, &cfg.authenticator_file) else {
             return ready(BlahResult::ok());
         };
-        match self.project(&blah_map::project_key(url, file)) {
+        match self.project(&map::project_key(url, file)) {
             Ok(p) => forward(p.send(Ping), "BLAH_PING"),
             Err(e) => {
                 tracing::warn!("BLAH_PING: {e}");
@@ -124,12 +125,12 @@ impl BlahJobs {
         let Some(job_dir) = ad.get_str("JobDirectory").map(str::trim).filter(|d| !d.is_empty()).map(String::from) else {
             return ready(BlahResult::Submit { code: 1, error: MapError::Missing("JobDirectory").to_string(), job_id: None });
         };
-        let (pkey, held) = match blah_map::choose_project(ad, &self.config.blah) {
+        let (pkey, held) = match map::choose_project(ad, &self.config.blah) {
             Ok(choice) => {
-                let pkey = blah_map::project_key(&choice.url, &choice.authenticator_file);
+                let pkey = map::project_key(&choice.url, &choice.authenticator_file);
                 if !self.known.contains_key(&pkey) {
                     let (k, u, f) = (pkey.clone(), choice.url.clone(), choice.authenticator_file.clone());
-                    self.store.write("record a project", move |c| blah_store::add_project(c, &k, &u, &f));
+                    self.store.write("record a project", move |c| store::add_project(c, &k, &u, &f));
                     self.known.insert(pkey.clone(), (choice.url, choice.authenticator_file));
                 }
                 let held = self.project(&pkey).err();
@@ -142,7 +143,7 @@ impl BlahJobs {
             let claimed = store
                 .read(move |c| {
                     let hold = held.map(|reason| move |batch: &str| held_ad(batch, &reason).to_string());
-                    blah_store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String))
+                    store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String))
                 })
                 .await;
             match claimed {
@@ -176,7 +177,7 @@ impl BlahJobs {
         let store = self.store.clone();
         Box::pin(async move {
             let b = batch.clone();
-            let rec = store.read(move |c| blah_store::load(c, &b)).await.ok().flatten();
+            let rec = store.read(move |c| store::load(c, &b)).await.ok().flatten();
             match rec.and_then(|r| r.status.zip(r.final_ad.and_then(|t| ClassAd::parse(&t).ok()))) {
                 Some((status, ad)) => BlahResult::status(status, ad),
                 None => BlahResult::status(job_status::HELD, held_ad(&batch, &reason)),
@@ -193,7 +194,7 @@ impl BlahJobs {
             return ready(BlahResult::ok());
         };
         let b = id.batch.clone();
-        self.store.write("mark a job cancelled", move |c| blah_store::mark_cancelled(c, &b));
+        self.store.write("mark a job cancelled", move |c| store::mark_cancelled(c, &b));
         if id.project == UNCONFIGURED {
             return ready(BlahResult::ok());
         }
@@ -251,9 +252,9 @@ impl Actor for BlahJobs {
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         let store = self.store.clone();
-        store.write("forget old jobs", |c| blah_store::prune(c, FORGET_AFTER_SECS));
+        store.write("forget old jobs", |c| store::prune(c, FORGET_AFTER_SECS));
         // Known projects are loaded before the first command is handled.
-        ctx.wait(async move { store.read(blah_store::projects).await }.into_actor(self).map(|r, act, _| match r {
+        ctx.wait(async move { store.read(store::projects).await }.into_actor(self).map(|r, act, _| match r {
             Ok(rows) => act.known.extend(rows.into_iter().map(|(k, u, f)| (k, (u, f)))),
             Err(e) => tracing::warn!("can't read the known BOINC projects: {e}"),
         }));

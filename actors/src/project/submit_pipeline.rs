@@ -26,8 +26,8 @@ use gahp_protocol::gahp::{CommandResult, ParamValue, SubmitBatch};
 
 use crate::config::DaemonConfig;
 use crate::file_stager::{FileStager, Stage, StagedFile};
-use crate::projects::ProjectKey;
-use crate::rpc_client::{backoff, call, Attachment, Call, Retry, RpcClient, RpcError};
+use crate::project::rpc::{backoff, call, Attachment, Call, Retry, RpcClient, RpcError};
+use crate::project::ProjectKey;
 
 #[derive(Debug, thiserror::Error)]
 enum SubmitError {

@@ -12,11 +12,11 @@ use gahp_protocol::boinc::{reply, request, Script};
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
 
-use crate::blah_map::{self, OutputPlan, STDOUT_OUTPUT};
+use crate::blah::map::{self, OutputPlan, STDOUT_OUTPUT};
 use crate::config::BlahConfig;
-use crate::output_fetcher::{append, completed_job, fetch_file, output_templates, temp_beside};
-use crate::projects::ProjectKey;
-use crate::rpc_client::{call, Call, Retry, RpcClient};
+use crate::project::output_fetcher::{append, completed_job, fetch_file, output_templates, temp_beside};
+use crate::project::rpc::{call, Call, Retry, RpcClient};
+use crate::project::ProjectKey;
 
 /// `[ BatchjobId = "<batch>"; JobStatus = n ]`
 pub fn status_ad(batch: &str, status: i32) -> ClassAd {
@@ -46,8 +46,8 @@ pub async fn deliver_done(
 ) -> Result<ClassAd, String> {
     let auth = &key.authenticator;
     let templates = output_templates(rpc, auth, batch, deadline).await?;
-    let app = blah_map::choose_app(ad, cfg).map(|a| a.0).unwrap_or_default();
-    let plan = blah_map::output_plan(ad, &app, &templates.outputs).map_err(|e| e.to_string())?;
+    let app = map::choose_app(ad, cfg).map(|a| a.0).unwrap_or_default();
+    let plan = map::output_plan(ad, &app, &templates.outputs).map_err(|e| e.to_string())?;
     let job = completed_job(rpc, auth, batch, deadline).await?;
 
     let get = |name: &str, dest: &Path| {
@@ -109,7 +109,7 @@ pub async fn resolve_error(
         reason.push_str(&format!("; exit status {e}"));
     }
     if let Some(ad) = ad {
-        let plan = blah_map::std_streams(ad).map(|(_, out, err)| OutputPlan { files: vec![], out, err }).map_err(|e| e.to_string())?;
+        let plan = map::std_streams(ad).map(|(_, out, err)| OutputPlan { files: vec![], out, err }).map_err(|e| e.to_string())?;
         if let Some(out) = &plan.out {
             write_whole(out, b"").map_err(|e| format!("can't write {}: {e}", out.display()))?;
         }

@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
-use crate::blah_map::batch_name;
+use crate::blah::map::batch_name;
 use crate::state_db::StateDb;
 
 type Op = Box<dyn FnOnce(&mut Connection) + Send>;

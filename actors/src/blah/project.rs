@@ -24,15 +24,16 @@ use gahp_protocol::gahp::{AsyncCommand, BlahResult, CommandResult};
 use gahp_protocol::Authenticator;
 use tokio::sync::oneshot;
 
-use crate::blah_map;
-use crate::blah_outputs::{deliver_done, held_ad, resolve_error, status_ad};
-use crate::blah_store::{self, BlahStore, JobRecord, Phase};
+use crate::blah::map;
+use crate::blah::outputs::{deliver_done, held_ad, resolve_error, status_ad};
+use crate::blah::store::{self, BlahStore, JobRecord, Phase};
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
-use crate::project_tree::{ClientOf, Run};
-use crate::projects::{ProjectKey, Projects, TreeOf};
-use crate::rpc_client::{call, Call, Retry, RpcClient, RpcError};
-use crate::submit_pipeline::{RunPipeline, SubmitPipeline};
+use crate::project::rpc::{call, Call, Retry, RpcClient, RpcError};
+use crate::project::submit_pipeline::{RunPipeline, SubmitPipeline};
+use crate::project::tree::{ClientOf, Run};
+use crate::project::ProjectKey;
+use crate::projects::{Projects, TreeOf};
 
 /// How long an app's templates are reused between submissions.
 const TEMPLATES_TTL: Duration = Duration::from_secs(60);
@@ -179,7 +180,7 @@ impl BlahProject {
             return Box::pin(fut::ready(()));
         }
         let (store, b) = (self.store.clone(), batch.clone());
-        Box::pin(async move { store.read(move |c| blah_store::load(c, &b)).await }.into_actor(self).map(move |rec, act, ctx| {
+        Box::pin(async move { store.read(move |c| store::load(c, &b)).await }.into_actor(self).map(move |rec, act, ctx| {
             if act.jobs.contains_key(&batch) {
                 return;
             }
@@ -257,7 +258,7 @@ impl BlahProject {
             let Some(job) = self.jobs.get_mut(&batch) else { continue };
             if job.boinc.as_deref() != Some(status.as_str()) {
                 let (b, s) = (batch.clone(), status.clone());
-                self.store.write("store a BOINC status", move |c| blah_store::set_boinc_status(c, &b, &s));
+                self.store.write("store a BOINC status", move |c| store::set_boinc_status(c, &b, &s));
                 job.boinc = Some(status);
             }
         }
@@ -294,7 +295,7 @@ impl BlahProject {
             tracing::info!(batch, "holding the job: {}", ad.get_str("HoldReason").unwrap_or(""));
         }
         let (b, text) = (batch.to_string(), ad.to_string());
-        self.store.write("store a final status", move |c| blah_store::set_phase(c, &b, Phase::Final, Some(status), Some(text)));
+        self.store.write("store a final status", move |c| store::set_phase(c, &b, Phase::Final, Some(status), Some(text)));
         job.phase = Phase::Final;
         job.final_status = Some((status, ad));
     }
@@ -312,7 +313,7 @@ impl BlahProject {
         job.busy = true;
         job.submitting_since.get_or_insert_with(Instant::now);
         let cfg = self.config.blah.clone();
-        let (app, source) = match blah_map::choose_app(&ad, &cfg) {
+        let (app, source) = match map::choose_app(&ad, &cfg) {
             Ok(a) => a,
             Err(e) => return self.submitted(&batch, Err((e.hold_reason(), false)), ctx),
         };
@@ -336,8 +337,8 @@ impl BlahProject {
                         })?
                 }
             };
-            let spec = blah_map::submit_batch(&ad, &b, &app, &templates).map_err(|e| (e.hold_reason(), false))?;
-            blah_map::output_plan(&ad, &app, &templates.outputs).map_err(|e| (e.hold_reason(), false))?;
+            let spec = map::submit_batch(&ad, &b, &app, &templates).map_err(|e| (e.hold_reason(), false))?;
+            map::output_plan(&ad, &app, &templates.outputs).map_err(|e| (e.hold_reason(), false))?;
             let pipeline = SubmitPipeline::new(key, config, rpc, stager, spec, deadline).start();
             match pipeline.send(RunPipeline).await {
                 Ok(CommandResult::Ok) => Ok((app, templates)),
@@ -380,8 +381,8 @@ impl BlahProject {
                 job.lease_until = unix_now() + self.config.blah.lease.as_secs_f64();
                 let (b, until) = (batch.to_string(), job.lease_until);
                 self.store.write("store a submission", move |c| {
-                    blah_store::set_phase(c, &b, Phase::Active, None, None)?;
-                    blah_store::set_lease(c, &b, until)
+                    store::set_phase(c, &b, Phase::Active, None, None)?;
+                    store::set_lease(c, &b, until)
                 });
                 tracing::info!(batch, project = %self.key.url, "submitted to BOINC");
             }
@@ -472,9 +473,9 @@ impl BlahProject {
                 act.jobs.remove(&batch);
             }
             act.store.write("store an abort", move |c| {
-                blah_store::set_abort_pending(c, &batch, pending)?;
+                store::set_abort_pending(c, &batch, pending)?;
                 if !pending {
-                    blah_store::set_retired(c, &batch)?;
+                    store::set_retired(c, &batch)?;
                 }
                 Ok(())
             });
@@ -521,7 +522,7 @@ impl BlahProject {
                 if let Some(j) = act.jobs.get_mut(&b) {
                     j.lease_until = now + lease;
                 }
-                act.store.write("store a lease", move |c| blah_store::set_lease(c, &b, now + lease));
+                act.store.write("store a lease", move |c| store::set_lease(c, &b, now + lease));
             }
         });
     }
@@ -619,7 +620,7 @@ impl Actor for BlahProject {
             }),
         );
         let (store, pkey) = (self.store.clone(), self.pkey.clone());
-        ctx.spawn(async move { store.read(move |c| blah_store::pending_aborts(c, &pkey)).await }.into_actor(self).map(|r, act, _| {
+        ctx.spawn(async move { store.read(move |c| store::pending_aborts(c, &pkey)).await }.into_actor(self).map(|r, act, _| {
             act.aborts.extend(r.unwrap_or_default());
         }));
         ctx.run_interval(self.config.blah.status_refresh, |act, ctx| {
@@ -714,7 +715,7 @@ impl Handler<Delivered> for BlahProject {
         self.run(ctx, work, |act, batch, _| {
             // Answered from the state database if ever asked again.
             act.jobs.remove(&batch);
-            act.store.write("store a retirement", move |c| blah_store::set_retired(c, &batch));
+            act.store.write("store a retirement", move |c| store::set_retired(c, &batch));
         });
     }
 }

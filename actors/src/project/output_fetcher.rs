@@ -14,8 +14,8 @@ use gahp_protocol::boinc::{reply, request, CompletedJob, Script, Templates};
 use gahp_protocol::gahp::{CommandResult, FetchMode, FetchOutput};
 use gahp_protocol::Authenticator;
 
-use crate::projects::ProjectKey;
-use crate::rpc_client::{call, download, Call, Download, Retry, RpcClient, RpcError};
+use crate::project::rpc::{call, download, Call, Download, Retry, RpcClient, RpcError};
+use crate::project::ProjectKey;
 
 pub struct OutputFetcher {
     key: ProjectKey,

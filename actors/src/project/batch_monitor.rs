@@ -13,8 +13,8 @@ use gahp_protocol::gahp::CommandResult;
 use tokio::sync::oneshot;
 
 use crate::config::DaemonConfig;
-use crate::projects::ProjectKey;
-use crate::rpc_client::{call, Call, Retry, RpcClient};
+use crate::project::rpc::{call, Call, Retry, RpcClient};
+use crate::project::ProjectKey;
 
 type QueryKey = (u64, Vec<String>);
 

@@ -24,7 +24,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::Semaphore;
 
 use crate::config::DaemonConfig;
-use crate::projects::ProjectKey;
+use crate::project::ProjectKey;
 
 /// Largest reply body we read (a query_batch2 over 100,000 jobs is ~15 MB).
 const MAX_REPLY: usize = 256 << 20;

@@ -10,13 +10,13 @@ use actix::prelude::*;
 use gahp_protocol::boinc::{reply, request, Script};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult};
 
-use crate::batch_monitor::{BatchMonitor, Query};
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
-use crate::output_fetcher::{Fetch, OutputFetcher};
-use crate::projects::ProjectKey;
-use crate::rpc_client::{call, Call, Retry, RpcClient};
-use crate::submit_pipeline::{RunPipeline, SubmitPipeline};
+use crate::project::batch_monitor::{BatchMonitor, Query};
+use crate::project::output_fetcher::{Fetch, OutputFetcher};
+use crate::project::rpc::{call, Call, Retry, RpcClient};
+use crate::project::submit_pipeline::{RunPipeline, SubmitPipeline};
+use crate::project::ProjectKey;
 
 pub struct ProjectTree {
     key: ProjectKey,

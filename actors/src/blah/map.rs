@@ -13,7 +13,7 @@ use gahp_protocol::gahp::{InputFile, JobParams, JobSpec, ParamValue, SubmitBatch
 use md5::{Digest, Md5};
 
 use crate::config::BlahConfig;
-use crate::output_fetcher::under;
+use crate::project::output_fetcher::under;
 
 /// The project key of jobs submitted while no project was configured
 /// (they are held; their ids still need a key).

@@ -1,0 +1,9 @@
+//! The BLAH_* front end (`grid_resource = batch boinc`): the dispatcher, one
+//! actor per BOINC project on that project's tree, the job-ad mapping, the
+//! output delivery and the durable job records.
+
+pub mod jobs;
+pub mod map;
+pub mod outputs;
+pub mod project;
+pub mod store;

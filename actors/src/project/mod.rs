@@ -1,0 +1,12 @@
+//! Everything one selected project owns: its key, its actor tree and the
+//! actors in that tree (HTTP client, submit pipelines, batch monitor,
+//! output fetcher).
+
+pub mod batch_monitor;
+pub mod key;
+pub mod output_fetcher;
+pub mod rpc;
+pub mod submit_pipeline;
+pub mod tree;
+
+pub use key::ProjectKey;

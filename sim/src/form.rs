@@ -1,0 +1,23 @@
+//! The POST form as PHP hands it to a script: a leaf shared by the HTTP
+//! layer that fills it and the RPC handlers that read it.
+
+use bytes::Bytes;
+
+/// One uploaded file part.
+#[derive(Debug, Clone)]
+pub struct FilePart {
+    pub field: String,
+    pub filename: String,
+    pub data: Bytes,
+}
+
+/// The POST form as PHP sees it.
+#[derive(Debug, Default)]
+pub struct Form {
+    /// `$_POST['request']`.
+    pub request: Option<Vec<u8>>,
+    /// `$_FILES`, in order: parts with a `filename`, at most
+    /// `max_file_uploads` of them (later ones dropped, as PHP does), a
+    /// repeated field name replacing the earlier part.
+    pub files: Vec<FilePart>,
+}
