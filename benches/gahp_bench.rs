@@ -10,9 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use boinc_gahp::gahp_client::GahpClient;
-use boinc_gahp::testkit::SimProcess;
 use gahp_protocol::gahp::{AsyncCommand, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
+use gahp_testkit::GahpClient;
+use gahp_testkit::SimProcess;
 
 const WAIT: Duration = Duration::from_secs(600);
 

@@ -53,6 +53,7 @@ pub struct Cli {
 pub enum Command {
     /// Start a simulated BOINC project in process and drive the real daemon
     /// through a batch: submit, watch, fetch, summarise.
+    #[cfg(feature = "sim")]
     Demo(crate::demo::DemoArgs),
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use gahp_protocol::gahp::{AsyncCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, Request, SubmitBatch};
 use gahp_protocol::Authenticator;
 
-use crate::gahp_client::GahpClient;
+use gahp_testkit::GahpClient;
 
 #[derive(clap::Args, Debug)]
 pub struct DemoArgs {

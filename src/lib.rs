@@ -1,8 +1,6 @@
-//! The `boinc-gahp` package: the daemon's command line and wiring, a GAHP
-//! client that drives the daemon over pipes the way HTCondor does (used by
-//! the demo, the tests and the benchmarks), and the demo itself.
+//! The `boinc-gahp` package: the daemon's command line and wiring, and (with
+//! the default `sim` feature) the demo, which embeds the simulated project.
 
 pub mod cli;
+#[cfg(feature = "sim")]
 pub mod demo;
-pub mod gahp_client;
-pub mod testkit;

@@ -4,6 +4,7 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     // The simulated project's built-in apps run as this executable too.
+    #[cfg(feature = "sim")]
     if std::env::args_os().nth(1).as_deref() == Some(boinc_sim::apps::APP_ENTRY_ARG.as_ref()) {
         let args: Vec<_> = std::env::args_os().skip(2).collect();
         std::process::exit(boinc_sim::apps::app_main(&args));
@@ -21,6 +22,7 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        #[cfg(feature = "sim")]
         Some(boinc_gahp::cli::Command::Demo(args)) => match boinc_gahp::demo::run(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

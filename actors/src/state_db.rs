@@ -15,6 +15,59 @@ pub struct FileStamp {
     pub inode: u64,
 }
 
+/// The schema, one step per version: `MIGRATIONS[i]` takes a database from
+/// `PRAGMA user_version` i to i + 1. Append a step to change the schema;
+/// never edit one that has shipped. Step 1 is the schema that existed
+/// before versioning (hence IF NOT EXISTS: such a database is at version 0).
+const MIGRATIONS: &[&str] = &["CREATE TABLE IF NOT EXISTS md5_cache (
+         path BLOB PRIMARY KEY,
+         size INTEGER NOT NULL,
+         mtime_ns INTEGER NOT NULL,
+         inode INTEGER NOT NULL,
+         md5 TEXT NOT NULL
+     );
+     CREATE TABLE IF NOT EXISTS blah_projects (
+         key TEXT PRIMARY KEY,
+         url TEXT NOT NULL,
+         authenticator_file BLOB NOT NULL
+     );
+     CREATE TABLE IF NOT EXISTS blah_jobs (
+         batch TEXT PRIMARY KEY,
+         project TEXT NOT NULL,
+         job_dir TEXT NOT NULL,
+         attempt INTEGER NOT NULL,
+         ad TEXT NOT NULL,
+         phase TEXT NOT NULL,
+         boinc_status TEXT,
+         status INTEGER,
+         final_ad TEXT,
+         abort_pending INTEGER NOT NULL DEFAULT 0,
+         retired INTEGER NOT NULL DEFAULT 0,
+         lease_until REAL NOT NULL DEFAULT 0,
+         updated REAL NOT NULL
+     );
+     CREATE INDEX IF NOT EXISTS blah_jobs_by_dir ON blah_jobs (job_dir, attempt);"];
+
+/// Brings the schema to the newest version, each step in a transaction of
+/// its own. A database newer than this daemon is refused, not guessed at.
+fn migrate(conn: &mut Connection) -> std::io::Result<()> {
+    let sql = std::io::Error::other;
+    let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).map_err(sql)?.try_into().unwrap_or(usize::MAX);
+    if version > MIGRATIONS.len() {
+        return Err(std::io::Error::other(format!(
+            "the state database has schema version {version}, newer than this daemon's {}; use a newer boinc_gahp or another --state-dir",
+            MIGRATIONS.len()
+        )));
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(version) {
+        let tx = conn.transaction().map_err(sql)?;
+        tx.execute_batch(step).map_err(sql)?;
+        tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(sql)?;
+        tx.commit().map_err(sql)?;
+    }
+    Ok(())
+}
+
 #[derive(Clone)]
 pub struct StateDb {
     conn: Arc<Mutex<Connection>>,
@@ -31,41 +84,10 @@ impl StateDb {
         Self::init(Connection::open_in_memory().map_err(std::io::Error::other)?)
     }
 
-    fn init(conn: Connection) -> std::io::Result<Self> {
-        conn.execute_batch(
-            "PRAGMA journal_mode=WAL;
-             PRAGMA synchronous=NORMAL;
-             PRAGMA busy_timeout=5000;
-             CREATE TABLE IF NOT EXISTS md5_cache (
-                 path BLOB PRIMARY KEY,
-                 size INTEGER NOT NULL,
-                 mtime_ns INTEGER NOT NULL,
-                 inode INTEGER NOT NULL,
-                 md5 TEXT NOT NULL
-             );
-             CREATE TABLE IF NOT EXISTS blah_projects (
-                 key TEXT PRIMARY KEY,
-                 url TEXT NOT NULL,
-                 authenticator_file BLOB NOT NULL
-             );
-             CREATE TABLE IF NOT EXISTS blah_jobs (
-                 batch TEXT PRIMARY KEY,
-                 project TEXT NOT NULL,
-                 job_dir TEXT NOT NULL,
-                 attempt INTEGER NOT NULL,
-                 ad TEXT NOT NULL,
-                 phase TEXT NOT NULL,
-                 boinc_status TEXT,
-                 status INTEGER,
-                 final_ad TEXT,
-                 abort_pending INTEGER NOT NULL DEFAULT 0,
-                 retired INTEGER NOT NULL DEFAULT 0,
-                 lease_until REAL NOT NULL DEFAULT 0,
-                 updated REAL NOT NULL
-             );
-             CREATE INDEX IF NOT EXISTS blah_jobs_by_dir ON blah_jobs (job_dir, attempt);",
-        )
-        .map_err(std::io::Error::other)?;
+    fn init(mut conn: Connection) -> std::io::Result<Self> {
+        conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;")
+            .map_err(std::io::Error::other)?;
+        migrate(&mut conn)?;
         Ok(StateDb { conn: Arc::new(Mutex::new(conn)) })
     }
 
@@ -99,5 +121,43 @@ impl StateDb {
         if let Err(e) = r {
             tracing::warn!("can't store an MD5 in the cache: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_database_gets_every_step_and_an_old_one_is_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        // A database made before versioning: the tables, user_version 0.
+        {
+            let conn = Connection::open(dir.path().join("state.sqlite3")).unwrap();
+            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.execute("INSERT INTO md5_cache VALUES (x'61', 1, 2, 3, 'abc')", []).unwrap();
+        }
+        let db = StateDb::open(dir.path()).unwrap();
+        let (version, kept): (i64, i64) = db
+            .with_conn(|c| {
+                Ok((
+                    c.query_row("PRAGMA user_version", [], |r| r.get(0))?,
+                    c.query_row("SELECT count(*) FROM md5_cache", [], |r| r.get(0))?,
+                ))
+            })
+            .unwrap();
+        assert_eq!(version as usize, MIGRATIONS.len());
+        assert_eq!(kept, 1, "an upgrade keeps what the database held");
+    }
+
+    #[test]
+    fn a_database_from_a_newer_daemon_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join("state.sqlite3")).unwrap();
+            conn.pragma_update(None, "user_version", (MIGRATIONS.len() + 1) as i64).unwrap();
+        }
+        let err = StateDb::open(dir.path()).err().expect("refused");
+        assert!(err.to_string().contains("newer than this daemon"), "{err}");
     }
 }

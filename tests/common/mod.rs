@@ -5,20 +5,20 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use boinc_gahp::gahp_client::GahpClient;
-pub use boinc_gahp::testkit::http;
 pub use gahp_protocol::gahp::{
     AsyncCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ParamValue, ReqId, Request, SubmitBatch,
 };
 pub use gahp_protocol::Authenticator;
+pub use gahp_testkit::http;
+pub use gahp_testkit::GahpClient;
 
 pub const WAIT: Duration = Duration::from_secs(60);
 
 /// A running `boinc-sim` of this build (see `boinc_gahp::testkit`).
-pub struct Sim(pub boinc_gahp::testkit::SimProcess);
+pub struct Sim(pub gahp_testkit::SimProcess);
 
 impl std::ops::Deref for Sim {
-    type Target = boinc_gahp::testkit::SimProcess;
+    type Target = gahp_testkit::SimProcess;
     fn deref(&self) -> &Self::Target {
         &self.0
     }
@@ -30,7 +30,7 @@ impl Sim {
     }
 
     pub fn start_with(args: &[&str]) -> Sim {
-        Sim(boinc_gahp::testkit::SimProcess::start(Path::new(env!("CARGO_BIN_EXE_boinc-sim")), args).expect("boinc-sim starts"))
+        Sim(gahp_testkit::SimProcess::start(Path::new(env!("CARGO_BIN_EXE_boinc-sim")), args).expect("boinc-sim starts"))
     }
 }
 

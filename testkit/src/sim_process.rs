@@ -1,6 +1,5 @@
-//! Helpers for the end-to-end tests and the benchmarks: a `boinc-sim`
-//! process on loopback with its introspection endpoint, and a minimal
-//! blocking HTTP client (no async runtime needed in tests).
+//! A `boinc-sim` process on loopback with its introspection endpoint, and a
+//! minimal blocking HTTP client (no async runtime needed in tests).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
