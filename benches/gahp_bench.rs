@@ -1,4 +1,4 @@
-//! Benchmarks for the budgets in design.md. Prints numbers; asserts nothing
+//! Benchmarks for the budgets in docs/design.md. Prints numbers; asserts nothing
 //! about time (a busy machine must not fail a build). Run:
 //!
 //!     cargo bench --bench gahp_bench            # full sizes

@@ -1,5 +1,5 @@
 //! FileStager: turns local input paths into BOINC physical names
-//! (`<md5 of content><extension of the path>`, `boinc-rpc.md` §8.2).
+//! (`<md5 of content><extension of the path>`, `docs/spec/boinc-rpc.md` §8.2).
 //! Hashing runs on blocking threads, at most `hash_threads` at once; a
 //! persistent cache keyed by (path, size, mtime, inode) means an unchanged
 //! file is hashed once; concurrent submits of one file share one hash.

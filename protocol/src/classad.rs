@@ -1,4 +1,4 @@
-//! The new-ClassAd records of the BLAH dialect (`spec/blah-dialect.md` §4-§5),
+//! The new-ClassAd records of the BLAH dialect (`docs/spec/blah-dialect.md` §4-§5),
 //! and the HTCondor argument and environment strings found inside them.
 //!
 //! The gridmanager writes a flat record, `[ Name = value; Name2 = value2 ]`,

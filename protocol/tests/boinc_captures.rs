@@ -1,5 +1,5 @@
 //! The BOINC codecs against what a real BOINC server (8.3.0, PHP 8.2) really
-//! sent and received: every capture in `shared/captures/real-boinc/` (but
+//! sent and received: every capture in `captures/real-boinc/` (but
 //! the C GAHP's stdio transcripts) is checked here, and a new capture fails
 //! this test until it is given an expectation.
 
@@ -10,7 +10,7 @@ use gahp_protocol::boinc::request;
 use gahp_protocol::boinc::{BatchInfo, JobState, ReplyError, SubmitJob, SubmitParams, Templates};
 use gahp_protocol::Authenticator;
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/captures/real-boinc");
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../captures/real-boinc");
 const AUTH: &str = "888febac2c12d6e100ca4167792fa466";
 const FILE: &str = "1c9478264b7baff41c8f2103d1c1a1bc.txt";
 

@@ -9,7 +9,7 @@ use gahp_protocol::boinc::{BatchStates, JobState};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/captures/real-boinc");
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../captures/real-boinc");
 
 /// The reply bodies of all RPC captures (see `boinc_captures.rs`), read once.
 fn capture_bodies() -> &'static [Vec<u8>] {

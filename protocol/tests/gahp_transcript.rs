@@ -11,7 +11,7 @@ use gahp_protocol::gahp::escape::split_args;
 use gahp_protocol::gahp::request::{format, parse};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult, Frame, LineFramer, ParseError, ReqId, Request, ReturnLine, COMMANDS};
 
-const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/captures/real-boinc");
+const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../captures/real-boinc");
 
 /// One direction-tagged line of a transcript; a `<` line whose text ends
 /// in an escaping backslash continues on the next `<` line (an escaped LF

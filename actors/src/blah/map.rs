@@ -1,4 +1,4 @@
-//! How a `BLAH_JOB_SUBMIT` ClassAd maps onto BOINC (`spec/blah-dialect.md`
+//! How a `BLAH_JOB_SUBMIT` ClassAd maps onto BOINC (`docs/spec/blah-dialect.md`
 //! §9, `docs/blah.md`): job ids and BOINC names, the project, the app, the
 //! input files bound to the app's input template, the command line, and
 //! where outputs go. Pure but for `stat` of the input files.

@@ -1,4 +1,4 @@
-//! BOINC's remote job submission API (`spec/boinc-rpc.md`): request XML
+//! BOINC's remote job submission API (`docs/spec/boinc-rpc.md`): request XML
 //! builders and lenient reply parsers. Pure: the caller does the HTTP.
 //!
 //! Replies of a real server are not always well-formed XML (PHP warnings as

@@ -1,5 +1,5 @@
 //! Parsers for the replies of `submit_rpc_handler.php` and `job_file.php`
-//! (`spec/boinc-rpc.md` §4, §5, §10), and the message for a failed download
+//! (`docs/spec/boinc-rpc.md` §4, §5, §10), and the message for a failed download
 //! (§7.1).
 //!
 //! Every parser applies the same rules, in this order:

@@ -1,5 +1,5 @@
 //! Request builders: the XML document each RPC sends as the form field
-//! `request` (`spec/boinc-rpc.md` §4, §5), and the download URL (§7.1).
+//! `request` (`docs/spec/boinc-rpc.md` §4, §5), and the download URL (§7.1).
 //!
 //! The forms are byte for byte those of BOINC's C client (element order,
 //! indentation, `%f` numbers as `{:.6}`, a final newline), so the server and

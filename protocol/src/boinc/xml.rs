@@ -1,7 +1,7 @@
 //! XML text helpers and the lenient scanner the reply parsers share.
 //!
 //! The scanner reads a reply the way BOINC's C client does (`lib/parse.*`,
-//! `spec/boinc-rpc.md` §10): a flat stream of tags and texts, attributes
+//! `docs/spec/boinc-rpc.md` §10): a flat stream of tags and texts, attributes
 //! dropped, nesting unchecked. That is what makes `<aborted NAME>`, PHP
 //! warnings as HTML and bodies cut short readable at all. It never fails:
 //! whatever it cannot read ends the stream or becomes text.

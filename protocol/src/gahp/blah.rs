@@ -1,5 +1,5 @@
 //! The `BLAH_*` commands today's gridmanager sends for
-//! `grid_resource = batch boinc` (`spec/blah-dialect.md`), and their result
+//! `grid_resource = batch boinc` (`docs/spec/blah-dialect.md`), and their result
 //! lines. Parsing and formatting of the request lines live in
 //! [`super::request`] with the `BOINC_*` ones.
 //!

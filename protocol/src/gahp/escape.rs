@@ -1,4 +1,4 @@
-//! Argument splitting and escaping (`spec/gahp-protocol.md` §3).
+//! Argument splitting and escaping (`docs/spec/gahp-protocol.md` §3).
 //!
 //! Input: a backslash makes the next byte literal and every unescaped space
 //! separates two arguments. Output: a backslash goes before space,

@@ -1,4 +1,4 @@
-//! Bytes from stdin -> logical request lines (`spec/gahp-protocol.md` §2).
+//! Bytes from stdin -> logical request lines (`docs/spec/gahp-protocol.md` §2).
 //!
 //! "Check, then parse", as in mini-redis: the caller appends whatever it
 //! read to a `BytesMut` and calls [`LineFramer::next_frame`] until it

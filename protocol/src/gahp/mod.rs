@@ -1,4 +1,4 @@
-//! The GAHP stdio protocol (`spec/gahp-protocol.md`).
+//! The GAHP stdio protocol (`docs/spec/gahp-protocol.md`).
 //!
 //! Input goes `framing` (bytes -> logical lines) -> `escape` (line ->
 //! arguments) -> `request` (arguments -> typed [`Request`]). Output goes

@@ -1,4 +1,4 @@
-//! What we write back (`spec/gahp-protocol.md` §4-§7): return lines and
+//! What we write back (`docs/spec/gahp-protocol.md` §4-§7): return lines and
 //! result lines, each without response prefix and without newline (the
 //! session adds both).
 
@@ -16,7 +16,7 @@ pub const BANNER: &str = "$GahpVersion: 1.0.2 Nov 21 2026 BOINC\\ GAHP\\ (rust)\
 
 /// The commands we implement, alphabetical: the reference's list plus
 /// `RESPONSE_PREFIX` (§5.1), so the gridmanager uses the prefix, plus the
-/// `BLAH_*` commands (`spec/blah-dialect.md`).
+/// `BLAH_*` commands (`docs/spec/blah-dialect.md`).
 pub const COMMANDS: &[&str] = &[
     "ASYNC_MODE_OFF",
     "ASYNC_MODE_ON",

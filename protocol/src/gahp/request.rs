@@ -1,6 +1,6 @@
 //! Typed requests of the `BOINC_*` and `BLAH_*` dialects and their parser.
 //!
-//! Everything that is a syntax error per `spec/gahp-protocol.md` (unknown
+//! Everything that is a syntax error per `docs/spec/gahp-protocol.md` (unknown
 //! command, wrong argument count, a count that is not a non-negative integer,
 //! a bad request id, 1-5 or >6 trailing job parameters, a mode other than
 //! `ALL`/`SOME`, invalid UTF-8 in a name) is a [`ParseError`] and becomes `E`.
@@ -35,7 +35,7 @@ pub enum Request {
         reqid: ReqId,
         command: AsyncCommand,
     },
-    /// Every `BLAH_*` command (`spec/blah-dialect.md`).
+    /// Every `BLAH_*` command (`docs/spec/blah-dialect.md`).
     Blah {
         reqid: ReqId,
         command: BlahCommand,
