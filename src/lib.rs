@@ -1,6 +1,8 @@
 //! The `boinc-gahp` package: the daemon's command line and wiring, and (with
 //! the default `sim` feature) the demo, which embeds the simulated project.
 
+#![forbid(unsafe_code)]
+
 pub mod cli;
 #[cfg(feature = "sim")]
 pub mod demo;

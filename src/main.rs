@@ -1,3 +1,5 @@
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -14,14 +16,8 @@ fn main() -> ExitCode {
         eprintln!("boinc_gahp {} (BOINC GAHP in Rust, GAHP protocol 1.0.2)", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
     }
-    let settings = match boinc_gahp::cli::settings(&cli) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("boinc_gahp: {e}");
-            return ExitCode::from(2);
-        }
-    };
     match cli.command {
+        // The demo reads no user config: a broken one must not break it.
         #[cfg(feature = "sim")]
         Some(boinc_gahp::cli::Command::Demo(args)) => match boinc_gahp::demo::run(args) {
             Ok(()) => ExitCode::SUCCESS,
@@ -30,12 +26,18 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        None => match boinc_gahp::cli::run_daemon(settings) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("boinc_gahp: {e}");
-                ExitCode::FAILURE
-            }
+        None => match boinc_gahp::cli::settings(&cli).map_err(|e| {
+            eprintln!("boinc_gahp: {e}");
+            ExitCode::from(2)
+        }) {
+            Err(code) => code,
+            Ok(settings) => match boinc_gahp::cli::run_daemon(settings) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("boinc_gahp: {e}");
+                    ExitCode::FAILURE
+                }
+            },
         },
     }
 }

@@ -10,6 +10,8 @@
 //!   the replies of a BOINC project's remote-submission API.
 //! * [`secret`] — the authenticator, which never prints itself.
 
+#![forbid(unsafe_code)]
+
 pub mod boinc;
 pub mod classad;
 pub mod gahp;

@@ -34,7 +34,7 @@ pub const STDERR_CAP: usize = 64 * 1024;
 pub const EXIT_TIME_LIMIT_EXCEEDED: i32 = 197;
 
 /// `rsc_fpops_est` of the built-in apps: with the sim's default host speed
-/// a job takes about a second of simulated time.
+/// (1e10 flops) a job takes 0.1 s of simulated time.
 pub const BUILTIN_FPOPS_EST: f64 = 1e9;
 
 /// `rsc_fpops_bound` is this many times `rsc_fpops_est` (as in the stock

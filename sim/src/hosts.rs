@@ -365,7 +365,7 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
                     }
                     names.push(name);
                 }
-                (store::OUTCOME_SUCCESS, 0, run.stderr, names, format!("{:x}", h.finalize()))
+                (store::OUTCOME_SUCCESS, 0, run.stderr, names, crate::files::hex(&h.finalize()))
             }
         }
     };

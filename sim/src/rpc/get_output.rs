@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::io::Write as _;
 
 use actix_web::http::StatusCode;
-use md5::{Digest, Md5};
 use rand::Rng;
 use rusqlite::Connection;
 
 use crate::ctx::Ctx;
+use crate::files;
 use crate::replies::{self, html_error_page, output_error, Reply};
 use crate::store::{self, Instance, Res};
 
@@ -149,10 +149,6 @@ fn workunit_file(ctx: &Ctx, c: &Connection, wu_name: &str, file_num: i64, auth: 
     Ok(serve_output(ctx, &x, file_num))
 }
 
-fn md5_hex(s: &str) -> String {
-    format!("{:x}", Md5::digest(s.as_bytes()))
-}
-
 fn result_file(ctx: &Ctx, c: &Connection, name: &str, file_num: i64, auth: &str) -> Res<Reply> {
     let Some(x) = store::result_by_name(c, name)? else {
         return Ok(output_error(&format!("no job instance {}", ctx.html(name))));
@@ -164,7 +160,7 @@ fn result_file(ctx: &Ctx, c: &Connection, name: &str, file_num: i64, auth: &str)
         Ok(a) => a,
         Err(r) => return Ok(r),
     };
-    if md5_hex(&format!("{owner}{}", x.name)) != auth {
+    if files::md5_hex(format!("{owner}{}", x.name).as_bytes()) != auth {
         return Ok(output_error("bad authenticator"));
     }
     if file_num >= x.output_files.len() as i64 {
@@ -205,7 +201,7 @@ fn workunit_files(ctx: &Ctx, c: &Connection, wu_id: i64, auth: &str) -> Res<Repl
         Ok(a) => a,
         Err(r) => return Ok(r),
     };
-    if md5_hex(&format!("{owner}{wu_id}")) != auth {
+    if files::md5_hex(format!("{owner}{wu_id}").as_bytes()) != auth {
         return Ok(output_error("bad authenticator"));
     }
     if wu.canonical_resultid == 0 {
@@ -221,7 +217,7 @@ fn batch_files(ctx: &Ctx, c: &Connection, batch_id: i64, auth: &str) -> Res<Repl
         Ok(a) => a,
         Err(r) => return Ok(r),
     };
-    if md5_hex(&format!("{owner}{batch_id}")) != auth {
+    if files::md5_hex(format!("{owner}{batch_id}").as_bytes()) != auth {
         return Ok(output_error("bad authenticator"));
     }
     let wus = store::wus_of_batch(c, batch_id)?;

@@ -1,7 +1,6 @@
 //! `job_file.php`: `query_files` and `upload_files`, with the file/batch
 //! associations and the real server's fatal errors on duplicate inserts.
 
-use md5::{Digest, Md5};
 use rusqlite::{params, Connection};
 
 use super::{authenticate, valid_filename, Access};
@@ -107,7 +106,7 @@ fn upload_files(ctx: &Ctx, c: &Connection, r: &Element, parts: &[FilePart], out:
         if path.is_file() {
             // Same size and MD5: keep it; else the name is taken.
             let same = std::fs::metadata(&path).map(|m| m.len() == part.data.len() as u64).unwrap_or(false)
-                && files::md5_file(&path).ok() == Some(format!("{:x}", Md5::digest(&part.data)));
+                && files::md5_file(&path).ok() == Some(files::md5_hex(&part.data));
             if !same {
                 return Err(xml_fail(format!("file immutability violation for {name}")));
             }

@@ -4,12 +4,12 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
-use md5::{Digest, Md5};
 use rusqlite::{params, Connection};
 
 use super::{authenticate, batch_named, get_batch, job_status, Access};
 use crate::config::CompletedJobMode;
 use crate::ctx::{App, Ctx};
+use crate::files;
 use crate::lifecycle;
 use crate::php::{self, float};
 use crate::replies::{self, batch_xml, project_down, xml_fail, Fail, Reply, XmlOut, XML_CONTENT_TYPE};
@@ -124,7 +124,7 @@ struct NewJob {
 fn stage_file(ctx: &Ctx, f: &Element) -> Result<String, Fail> {
     let mode = f.str("mode");
     let source = f.str("source");
-    let content_name = |data: &[u8]| format!("jf_{:x}", Md5::digest(data));
+    let content_name = |data: &[u8]| format!("jf_{}", files::md5_hex(data));
     let store_if_absent = |name: &str, data: &[u8]| -> Result<(), Fail> {
         let path = ctx.dirs.download.join(name);
         if !path.exists() {

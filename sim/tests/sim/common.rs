@@ -228,9 +228,14 @@ pub fn submit_xml(auth: &str, batch: i64, app: &str, jobs: &[(String, String, Ve
     s
 }
 
+/// Lowercase hex MD5.
+pub fn md5_hex(data: &[u8]) -> String {
+    Md5::digest(data).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The GAHP's content name: MD5 of the content + `.txt`.
 pub fn phys_name(data: &[u8]) -> String {
-    format!("{:x}.txt", Md5::digest(data))
+    format!("{}.txt", md5_hex(data))
 }
 
 /// A multipart/form-data body: field `request`, then the file parts.
@@ -257,7 +262,7 @@ pub fn between<'a>(s: &'a str, start: &str, end: &str) -> &'a str {
 }
 
 fn captures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/captures")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../captures/real-boinc")
 }
 
 /// A recorded real reply body, byte for byte.

@@ -80,12 +80,12 @@ pub async fn uppercase_batch_done_and_downloadable() {
     assert_eq!(body, b"bad command\n");
     // result_file, with the hashed authenticator.
     let inst = format!("{}{}", sim.auth, "up_0_0");
-    let hash = format!("{:x}", <md5::Md5 as md5::Digest>::digest(inst.as_bytes()));
+    let hash = md5_hex(inst.as_bytes());
     let (status, _, body) = sim.get(&format!("get_output.php?cmd=result_file&result_name=up_0_0&file_num=0&auth_str={hash}")).await;
     assert_eq!((status, body.as_slice()), (200, b"HELLO BOINC\n".as_slice()));
     // workunit_files: a zip of the canonical outputs.
     let wu_id = job(&st, "up_2")["id"].as_i64().unwrap();
-    let hash = format!("{:x}", <md5::Md5 as md5::Digest>::digest(format!("{}{wu_id}", sim.auth).as_bytes()));
+    let hash = md5_hex(format!("{}{wu_id}", sim.auth).as_bytes());
     let (status, headers, body) = sim.get(&format!("get_output.php?cmd=workunit_files&wu_id={wu_id}&auth_str={hash}")).await;
     assert_eq!(status, 200);
     assert!(header(&headers, "Content-Disposition").unwrap().contains("boinc_wu_up_2_"));
