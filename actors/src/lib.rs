@@ -1,4 +1,4 @@
-//! The actix actors of boinc-gahp (see `design.md`, "Actors").
+//! The actix actors of boinc-gahp (see `docs/design.md`, "Actors").
 //!
 //! ```text
 //! Session ──Accept/Drain──▶ ResultQueue ◀──Complete── Projects ──Run──▶ project::tree::ProjectTree
@@ -17,7 +17,11 @@
 //! `blah/` the BLAH front end. Each actor lives in its own file with its
 //! messages beside it.
 
+#![forbid(unsafe_code)]
+
+pub mod atomic_file;
 pub mod blah;
+pub mod clock;
 pub mod config;
 pub mod file_stager;
 pub mod project;

@@ -1,5 +1,5 @@
 //! What a finished BLAH job leaves behind before its final status goes out
-//! (the gridmanager moves no files for a local GAHP: `spec/blah-dialect.md`
+//! (the gridmanager moves no files for a local GAHP: `docs/spec/blah-dialect.md`
 //! §7.1), and the status ads. Downloads use OutputFetcher's machinery: a
 //! temporary file beside the destination, renamed over it.
 
@@ -12,10 +12,11 @@ use gahp_protocol::boinc::{reply, request, Script};
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
 
+use crate::atomic_file;
 use crate::blah::map::{self, OutputPlan, STDOUT_OUTPUT};
 use crate::config::BlahConfig;
-use crate::project::output_fetcher::{append, completed_job, fetch_file, output_templates, temp_beside};
-use crate::project::rpc::{call, Call, Retry, RpcClient};
+use crate::project::output_fetcher::{append, completed_job, fetch_file, output_templates};
+use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::ProjectKey;
 
 /// `[ BatchjobId = "<batch>"; JobStatus = n ]`
@@ -91,7 +92,8 @@ pub async fn resolve_error(
 ) -> Result<(i32, ClassAd), String> {
     let auth = &key.authenticator;
     let xml = request::query_batch_details(auth, batch);
-    let jobs = call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_query_batch_details, Retry::Idempotent, deadline))
+    let jobs = rpc
+        .idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch_details, deadline)
         .await
         .map_err(|e| format!("can't query BOINC batch {batch}: {e}"))?;
     let details = jobs.into_iter().find(|j| j.name == batch).ok_or_else(|| format!("BOINC batch {batch} has no job of its name"))?;
@@ -143,15 +145,7 @@ fn write_err(plan: &OutputPlan, stderr: &str) -> Result<(), String> {
     r.map_err(|e| format!("can't write {}: {e}", err.display()))
 }
 
-/// Writes a temporary file beside `path`, then renames it over: the file
-/// is whole or absent.
+/// The file is whole or absent.
 fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let tmp = temp_beside(path);
-    let r = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|_| f.sync_all()))
-        .and_then(|_| std::fs::rename(&tmp, path));
-    if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    r
+    atomic_file::write_whole(path, |f| f.write_all(bytes))
 }

@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use gahp_protocol::boinc::{reply, request, Script, Templates};
@@ -27,9 +27,10 @@ use tokio::sync::oneshot;
 use crate::blah::map;
 use crate::blah::outputs::{deliver_done, held_ad, resolve_error, status_ad};
 use crate::blah::store::{self, BlahStore, JobRecord, Phase};
+use crate::clock::unix_now;
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
-use crate::project::rpc::{call, Call, Retry, RpcClient, RpcError};
+use crate::project::rpc::{Rpc, RpcClient, RpcError};
 use crate::project::submit_pipeline::{RunPipeline, SubmitPipeline};
 use crate::project::tree::{ClientOf, Run};
 use crate::project::ProjectKey;
@@ -329,12 +330,10 @@ impl BlahProject {
                 Some(t) => t,
                 None => {
                     let xml = request::get_templates_for_app(&key.authenticator, &app);
-                    call(&rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_templates, Retry::Idempotent, deadline))
-                        .await
-                        .map_err(|e| {
-                            let down = matches!(e, RpcError::Boinc { num: PROJECT_DOWN, .. });
-                            (templates_error(&e, &key.url, &file, &app, source), down)
-                        })?
+                    rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_templates, deadline).await.map_err(|e| {
+                        let down = matches!(e, RpcError::Boinc { num: PROJECT_DOWN, .. });
+                        (templates_error(&e, &key.url, &file, &app, source), down)
+                    })?
                 }
             };
             let spec = map::submit_batch(&ad, &b, &app, &templates).map_err(|e| (e.hold_reason(), false))?;
@@ -453,7 +452,7 @@ impl BlahProject {
         let b = batch.clone();
         let work = async move {
             let xml = request::abort_jobs(&auth, std::slice::from_ref(&b));
-            match call(&rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_success, Retry::Idempotent, deadline)).await {
+            match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await {
                 Ok(()) => {}
                 Err(RpcError::Boinc { num, msg }) if num != PROJECT_DOWN => {
                     tracing::info!(batch = %b, "nothing to abort: {msg}");
@@ -509,7 +508,7 @@ impl BlahProject {
             let mut renewed = Vec::new();
             for b in renew {
                 let xml = request::set_expire_time(&auth, &b, now + lease);
-                match call(&rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_success, Retry::Idempotent, deadline)).await {
+                match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await {
                     Ok(()) => renewed.push(b),
                     Err(e) => tracing::info!(batch = %b, "can't renew the batch's lease: {}", auth.redact_in(&e.to_string())),
                 }
@@ -541,7 +540,7 @@ async fn query_states(
     let mut states = HashMap::new();
     while !names.is_empty() {
         let xml = request::query_batch2(auth, 0.0, &names);
-        match call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, Retry::Idempotent, deadline)).await {
+        match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, deadline).await {
             Ok(reply) => {
                 for (name, jobs) in names.into_iter().zip(reply.batches) {
                     match jobs.into_iter().find(|j| j.name == name) {
@@ -568,7 +567,7 @@ async fn query_states(
 
 async fn retire(rpc: &Addr<RpcClient>, auth: &Authenticator, batch: &str, deadline: Instant) {
     let xml = request::retire_batch(auth, batch);
-    if let Err(e) = call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_success, Retry::Idempotent, deadline)).await {
+    if let Err(e) = rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await {
         tracing::info!(batch, "can't retire the batch: {}", auth.redact_in(&e.to_string()));
     }
 }
@@ -593,10 +592,6 @@ fn templates_error(e: &RpcError, url: &str, file: &str, app: &str, source: &str)
         }
         _ => format!("can't get the templates of app {app} from {url}: {e}; condor_release the job to try again"),
     }
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 impl Actor for BlahProject {

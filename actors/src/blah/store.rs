@@ -8,12 +8,12 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
 use crate::blah::map::batch_name;
+use crate::clock::unix_now;
 use crate::state_db::StateDb;
 
 type Op = Box<dyn FnOnce(&mut Connection) + Send>;
@@ -113,10 +113,6 @@ pub struct JobRecord {
     pub lease_until: f64,
 }
 
-fn now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
-}
-
 /// What a submit of `job_dir` gets: the attempt that is still alive
 /// (submitting, on the server, or completed: a resubmit after a lost
 /// result), else a new attempt recorded now. `held` records the new
@@ -153,7 +149,7 @@ pub fn claim_attempt(
     tx.execute(
         "INSERT OR REPLACE INTO blah_jobs (batch, project, job_dir, attempt, ad, phase, status, final_ad, updated) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![batch, project, job_dir, attempt, ad, phase.as_str(), status, held, now()],
+        params![batch, project, job_dir, attempt, ad, phase.as_str(), status, held, unix_now()],
     )?;
     tx.commit()?;
     Ok((project.to_string(), batch))
@@ -187,7 +183,7 @@ pub fn set_phase(c: &mut Connection, batch: &str, phase: Phase, status: Option<i
     c.prepare_cached(
         "UPDATE blah_jobs SET phase = ?2, status = ?3, final_ad = ?4, updated = ?5 WHERE batch = ?1 AND phase != 'cancelled'",
     )?
-    .execute(params![batch, phase.as_str(), status, final_ad, now()])?;
+    .execute(params![batch, phase.as_str(), status, final_ad, unix_now()])?;
     Ok(())
 }
 
@@ -202,7 +198,7 @@ pub fn set_lease(c: &mut Connection, batch: &str, until: f64) -> rusqlite::Resul
 }
 
 pub fn mark_cancelled(c: &mut Connection, batch: &str) -> rusqlite::Result<()> {
-    c.prepare_cached("UPDATE blah_jobs SET phase = 'cancelled', updated = ?2 WHERE batch = ?1")?.execute(params![batch, now()])?;
+    c.prepare_cached("UPDATE blah_jobs SET phase = 'cancelled', updated = ?2 WHERE batch = ?1")?.execute(params![batch, unix_now()])?;
     Ok(())
 }
 
@@ -245,7 +241,7 @@ pub fn add_project(c: &mut Connection, key: &str, url: &str, file: &std::path::P
 pub fn prune(c: &mut Connection, older_than_secs: f64) -> rusqlite::Result<()> {
     c.execute(
         "DELETE FROM blah_jobs WHERE phase IN ('final', 'cancelled') AND abort_pending = 0 AND updated < ?1",
-        [now() - older_than_secs],
+        [unix_now() - older_than_secs],
     )?;
     Ok(())
 }

@@ -13,7 +13,7 @@ use gahp_protocol::gahp::CommandResult;
 use tokio::sync::oneshot;
 
 use crate::config::DaemonConfig;
-use crate::project::rpc::{call, Call, Retry, RpcClient};
+use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::ProjectKey;
 
 type QueryKey = (u64, Vec<String>);
@@ -108,8 +108,7 @@ async fn query_batch2(
     let asked = if widen && min_mod_time > 0.0 { (min_mod_time.floor() - 1.0).max(0.0) } else { min_mod_time };
     let wanted = batches.len();
     let xml = request::query_batch2(auth, asked, &batches);
-    let c = Call::new(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, Retry::Idempotent, deadline);
-    match call(rpc, c).await {
+    match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, deadline).await {
         Ok(states) if states.batches.len() == wanted => CommandResult::Batches {
             server_time: states.server_time,
             groups: states.batches.into_iter().map(|jobs| jobs.into_iter().map(|j| (j.name, j.status)).collect()).collect(),

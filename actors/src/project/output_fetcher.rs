@@ -14,7 +14,8 @@ use gahp_protocol::boinc::{reply, request, CompletedJob, Script, Templates};
 use gahp_protocol::gahp::{CommandResult, FetchMode, FetchOutput};
 use gahp_protocol::Authenticator;
 
-use crate::project::rpc::{call, download, Call, Download, Retry, RpcClient, RpcError};
+use crate::atomic_file;
+use crate::project::rpc::{Rpc, RpcClient, RpcError};
 use crate::project::ProjectKey;
 
 pub struct OutputFetcher {
@@ -136,7 +137,8 @@ pub(crate) async fn output_templates(
     deadline: Instant,
 ) -> Result<Templates, String> {
     let xml = request::get_templates_for_job(auth, job);
-    let templates = call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_templates, Retry::Idempotent, deadline))
+    let templates = rpc
+        .idempotent(Script::SubmitRpcHandler, xml, reply::parse_templates, deadline)
         .await
         .map_err(|e| format!("error getting templates: {e}"))?;
     if let Some(bad) = templates.outputs.iter().find(|n| !plain_file_name(n)) {
@@ -153,7 +155,7 @@ pub(crate) async fn completed_job(
     deadline: Instant,
 ) -> Result<CompletedJob, String> {
     let xml = request::query_completed_job(auth, job);
-    call(rpc, Call::new(Script::SubmitRpcHandler, xml, reply::parse_query_completed_job, Retry::Idempotent, deadline)).await.map_err(|e| {
+    rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_completed_job, deadline).await.map_err(|e| {
         match e {
             // The real server dies part-way for a job with no finished
             // instance; the reference reports that as a parse failure.
@@ -167,13 +169,11 @@ pub(crate) async fn completed_job(
 
 /// Downloads into a temporary file beside `dest`, then renames it over.
 pub(crate) async fn fetch_file(rpc: &Addr<RpcClient>, url: String, dest: &Path, deadline: Instant) -> Result<u64, RpcError> {
-    let tmp = temp_beside(dest);
-    let r = download(rpc, Download { url, dest: tmp.clone(), deadline }).await;
-    let r = r.and_then(|n| fs::rename(&tmp, dest).map(|_| n).map_err(|e| RpcError::Local(format!("can't create {}: {e}", dest.display()))));
-    if r.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    r
+    let cant = |e: io::Error| RpcError::Local(format!("can't create {}: {e}", dest.display()));
+    let tmp = atomic_file::temp_beside(dest).map_err(cant)?;
+    let n = rpc.download(url, tmp.path().to_path_buf(), deadline).await?;
+    atomic_file::persist(tmp, dest).map_err(cant)?;
+    Ok(n)
 }
 
 /// `path` if absolute, else `dir/path` (the reference joins with `/`).
@@ -183,11 +183,6 @@ pub(crate) fn under(dir: &Path, path: &Path) -> PathBuf {
     } else {
         dir.join(path)
     }
-}
-
-pub(crate) fn temp_beside(dest: &Path) -> PathBuf {
-    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    dest.with_file_name(format!(".{name}.{:08x}.part", rand::random::<u32>()))
 }
 
 /// A name a server may give us: one path component, nothing special.
@@ -212,12 +207,7 @@ fn move_file(from: &Path, to: &Path) -> io::Result<()> {
     match fs::rename(from, to) {
         Ok(()) => Ok(()),
         Err(e) if e.raw_os_error() == Some(18) => {
-            let tmp = temp_beside(to);
-            let copied = fs::copy(from, &tmp).and_then(|_| fs::File::open(&tmp)?.sync_all()).and_then(|_| fs::rename(&tmp, to));
-            if copied.is_err() {
-                let _ = fs::remove_file(&tmp);
-            }
-            copied?;
+            atomic_file::write_whole(to, |f| io::copy(&mut fs::File::open(from)?, f).map(|_| ()))?;
             fs::remove_file(from)
         }
         Err(e) => Err(e),
@@ -248,14 +238,7 @@ pub fn extract_zip(zip_path: &Path, dir: &Path) -> Result<(), String> {
         if let Some(parent) = out.parent() {
             fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
         }
-        let tmp = temp_beside(&out);
-        let written = fs::File::create(&tmp)
-            .and_then(|mut f| io::copy(&mut entry, &mut f).and_then(|_| f.sync_all()))
-            .and_then(|_| fs::rename(&tmp, &out));
-        if let Err(e) = written {
-            let _ = fs::remove_file(&tmp);
-            return Err(format!("{}: {e}", out.display()));
-        }
+        atomic_file::write_whole(&out, |f| io::copy(&mut entry, f).map(|_| ())).map_err(|e| format!("{}: {e}", out.display()))?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@
 //! backoff and jitter when the call is idempotent), or a permanent one.
 //!
 //! Calls that create something on the server (create_batch, submit_batch,
-//! query_files with a batch, upload_files) are sent with [`Retry::Once`]:
+//! query_files with a batch, upload_files) are sent with [`Rpc::once`]:
 //! after a lost reply the caller must first ask the server what happened
 //! (see `submit_pipeline.rs`), so a retry never creates anything twice.
 
@@ -35,7 +35,7 @@ pub enum RpcError {
     #[error("{num} {msg}")]
     Boinc { num: i64, msg: String },
     /// Transient failures until the deadline (or after one attempt for
-    /// [`Retry::Once`]).
+    /// [`Rpc::once`]).
     #[error("-184 transient HTTP failure ({detail}); gave up after {attempts} attempt(s) in {secs} s")]
     Transient { detail: String, attempts: u32, secs: u64 },
     /// The server script died (a PHP fatal error page).
@@ -79,7 +79,7 @@ impl RpcError {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Retry {
+enum Retry {
     /// Safe to repeat: retried on transient failures until the deadline.
     Idempotent,
     /// May have acted even when the reply was lost: one attempt only.
@@ -93,44 +93,79 @@ pub struct Attachment {
     pub content: Bytes,
 }
 
-/// One RPC: a POST of `xml` (form field `request`) to `script`, its reply
-/// parsed with `parse`.
-pub struct Call<T> {
-    pub script: Script,
-    pub xml: String,
-    pub attachments: Vec<Attachment>,
-    pub parse: fn(&[u8]) -> Result<T, ReplyError>,
-    pub retry: Retry,
-    pub deadline: Instant,
-}
+/// A reply parser of the protocol crate.
+pub type Parse<T> = fn(&[u8]) -> Result<T, ReplyError>;
 
-impl<T> Call<T> {
-    pub fn new(script: Script, xml: String, parse: fn(&[u8]) -> Result<T, ReplyError>, retry: Retry, deadline: Instant) -> Self {
-        Call { script, xml, attachments: Vec::new(), parse, retry, deadline }
-    }
+/// One RPC: a POST of `xml` (form field `request`) to `script`, its reply
+/// parsed with `parse`. Made by the methods of [`Rpc`].
+pub struct Call<T> {
+    script: Script,
+    xml: String,
+    attachments: Vec<Attachment>,
+    parse: Parse<T>,
+    retry: Retry,
+    deadline: Instant,
 }
 
 impl<T: Send + 'static> Message for Call<T> {
     type Result = Result<T, RpcError>;
 }
 
-/// Downloads `url` (it carries the authenticator: never logged) into `dest`,
-/// which is created or truncated per attempt. Returns the byte count.
+/// A download: see [`Rpc::download`].
 #[derive(Message)]
 #[rtype(result = "Result<u64, RpcError>")]
 pub struct Download {
-    pub url: String,
-    pub dest: PathBuf,
-    pub deadline: Instant,
+    url: String,
+    dest: PathBuf,
+    deadline: Instant,
 }
 
-/// Sends a message to the client, turning a dead mailbox into an error.
-pub async fn call<T: Send + 'static>(rpc: &Addr<RpcClient>, c: Call<T>) -> Result<T, RpcError> {
-    rpc.send(c).await.unwrap_or_else(|_| Err(RpcError::Local("internal error: HTTP client stopped".into())))
+/// The shapes of an RPC, as methods of the client's address. Each turns a
+/// dead mailbox into an error.
+#[allow(async_fn_in_trait)] // used by this crate's own (single-threaded) actors only
+pub trait Rpc {
+    /// Safe to repeat: retried on transient failures until `deadline`.
+    async fn idempotent<T: Send + 'static>(&self, script: Script, xml: String, parse: Parse<T>, deadline: Instant) -> Result<T, RpcError>;
+    /// May have acted even when its reply is lost: one attempt; the caller
+    /// asks the server what happened before trying again.
+    async fn once<T: Send + 'static>(
+        &self,
+        script: Script,
+        xml: String,
+        attachments: Vec<Attachment>,
+        parse: Parse<T>,
+        deadline: Instant,
+    ) -> Result<T, RpcError>;
+    /// Downloads `url` (it carries the authenticator: never logged) into
+    /// `dest`, created or truncated per attempt. Returns the byte count.
+    async fn download(&self, url: String, dest: PathBuf, deadline: Instant) -> Result<u64, RpcError>;
 }
 
-pub async fn download(rpc: &Addr<RpcClient>, d: Download) -> Result<u64, RpcError> {
-    rpc.send(d).await.unwrap_or_else(|_| Err(RpcError::Local("internal error: HTTP client stopped".into())))
+fn stopped<T>(_: MailboxError) -> Result<T, RpcError> {
+    Err(RpcError::Local("internal error: HTTP client stopped".into()))
+}
+
+impl Rpc for Addr<RpcClient> {
+    async fn idempotent<T: Send + 'static>(&self, script: Script, xml: String, parse: Parse<T>, deadline: Instant) -> Result<T, RpcError> {
+        let c = Call { script, xml, attachments: Vec::new(), parse, retry: Retry::Idempotent, deadline };
+        self.send(c).await.unwrap_or_else(stopped)
+    }
+
+    async fn once<T: Send + 'static>(
+        &self,
+        script: Script,
+        xml: String,
+        attachments: Vec<Attachment>,
+        parse: Parse<T>,
+        deadline: Instant,
+    ) -> Result<T, RpcError> {
+        let c = Call { script, xml, attachments, parse, retry: Retry::Once, deadline };
+        self.send(c).await.unwrap_or_else(stopped)
+    }
+
+    async fn download(&self, url: String, dest: PathBuf, deadline: Instant) -> Result<u64, RpcError> {
+        self.send(Download { url, dest, deadline }).await.unwrap_or_else(stopped)
+    }
 }
 
 /// Outcome of one attempt.
@@ -194,33 +229,51 @@ impl RpcClient {
         (call.parse)(&body).map_err(RpcError::from_reply)
     }
 
-    async fn run_call<T>(self, call: Call<T>) -> Result<T, RpcError> {
+    /// The one retry loop: `attempt` gets the time left for it (bounded by
+    /// the RPC timeout). Transient failures are retried with backoff until
+    /// the deadline unless the call is [`Retry::Once`]; a PHP fatal page a
+    /// few times for an idempotent call (it may be passing: a lost database
+    /// connection); anything else is final.
+    async fn with_retries<T, Fut>(
+        &self,
+        what: &str,
+        retry: Retry,
+        deadline: Instant,
+        mut attempt: impl FnMut(Duration) -> Fut,
+    ) -> Result<T, RpcError>
+    where
+        Fut: std::future::Future<Output = Result<T, Attempt>>,
+    {
         let started = Instant::now();
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let Some(timeout) = self.per_attempt_timeout(call.deadline) else {
+            let Some(timeout) = self.per_attempt_timeout(deadline) else {
                 return Err(RpcError::Transient { detail: "no time left".into(), attempts, secs: started.elapsed().as_secs() });
             };
-            match self.post_once(&call, timeout).await {
+            match attempt(timeout).await {
                 Ok(v) => return Ok(v),
                 Err(Attempt::Failed(e @ RpcError::ServerFatal { duplicate_entry: false, .. }))
-                    if call.retry == Retry::Idempotent && attempts < FATAL_ATTEMPTS =>
+                    if retry == Retry::Idempotent && attempts < FATAL_ATTEMPTS =>
                 {
-                    tracing::info!(project = %self.key.url, script = call.script.path(), attempts, "server script died: {e}");
-                    if !backoff(&self.config, attempts, call.deadline).await {
+                    tracing::info!(project = %self.key.url, what, attempts, "server script died: {e}");
+                    if !backoff(&self.config, attempts, deadline).await {
                         return Err(e);
                     }
                 }
                 Err(Attempt::Failed(e)) => return Err(e),
                 Err(Attempt::Transient(detail)) => {
-                    tracing::info!(project = %self.key.url, script = call.script.path(), attempts, "transient failure: {detail}");
-                    if call.retry == Retry::Once || !backoff(&self.config, attempts, call.deadline).await {
+                    tracing::info!(project = %self.key.url, what, attempts, "transient failure: {detail}");
+                    if retry == Retry::Once || !backoff(&self.config, attempts, deadline).await {
                         return Err(RpcError::Transient { detail, attempts, secs: started.elapsed().as_secs() });
                     }
                 }
             }
         }
+    }
+
+    async fn run_call<T>(self, call: Call<T>) -> Result<T, RpcError> {
+        self.with_retries(call.script.path(), call.retry, call.deadline, |timeout| self.post_once(&call, timeout)).await
     }
 
     async fn get_once(&self, d: &Download, timeout: Duration) -> Result<u64, Attempt> {
@@ -262,25 +315,9 @@ impl RpcClient {
     }
 
     async fn run_download(self, d: Download) -> Result<u64, RpcError> {
-        let started = Instant::now();
-        let mut attempts = 0;
-        loop {
-            attempts += 1;
-            // Large files: no total timeout, a stall timeout instead.
-            let Some(_) = self.per_attempt_timeout(d.deadline) else {
-                return Err(RpcError::Transient { detail: "no time left".into(), attempts, secs: started.elapsed().as_secs() });
-            };
-            match self.get_once(&d, self.config.rpc_timeout.max(Duration::from_secs(3600))).await {
-                Ok(n) => return Ok(n),
-                Err(Attempt::Failed(e)) => return Err(e),
-                Err(Attempt::Transient(detail)) => {
-                    tracing::info!(project = %self.key.url, attempts, "download failed: {detail}");
-                    if !backoff(&self.config, attempts, d.deadline).await {
-                        return Err(RpcError::Transient { detail, attempts, secs: started.elapsed().as_secs() });
-                    }
-                }
-            }
-        }
+        // Large files: no total timeout per attempt, a stall timeout instead.
+        let timeout = self.config.rpc_timeout.max(Duration::from_secs(3600));
+        self.with_retries("download", Retry::Idempotent, d.deadline, |_| self.get_once(&d, timeout)).await
     }
 }
 

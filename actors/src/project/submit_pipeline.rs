@@ -17,16 +17,17 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use actix::prelude::*;
 use bytes::Bytes;
 use gahp_protocol::boinc::{reply, request, BatchInfo, Script, SubmitJob, SubmitParams};
 use gahp_protocol::gahp::{CommandResult, ParamValue, SubmitBatch};
 
+use crate::clock::unix_now;
 use crate::config::DaemonConfig;
 use crate::file_stager::{FileStager, Stage, StagedFile};
-use crate::project::rpc::{backoff, call, Attachment, Call, Retry, RpcClient, RpcError};
+use crate::project::rpc::{backoff, Attachment, Parse, Rpc, RpcClient, RpcError};
 use crate::project::ProjectKey;
 
 #[derive(Debug, thiserror::Error)]
@@ -203,22 +204,12 @@ impl Run {
         self.submit_jobs(batch_id, xml, &batch).await
     }
 
-    async fn idempotent<T: Send + 'static>(
-        &self,
-        script: Script,
-        xml: String,
-        parse: fn(&[u8]) -> Result<T, gahp_protocol::boinc::ReplyError>,
-    ) -> Result<T, RpcError> {
-        call(&self.rpc, Call::new(script, xml, parse, Retry::Idempotent, self.deadline)).await
+    async fn idempotent<T: Send + 'static>(&self, script: Script, xml: String, parse: Parse<T>) -> Result<T, RpcError> {
+        self.rpc.idempotent(script, xml, parse, self.deadline).await
     }
 
-    async fn once<T: Send + 'static>(
-        &self,
-        script: Script,
-        xml: String,
-        parse: fn(&[u8]) -> Result<T, gahp_protocol::boinc::ReplyError>,
-    ) -> Result<T, RpcError> {
-        call(&self.rpc, Call::new(script, xml, parse, Retry::Once, self.deadline)).await
+    async fn once<T: Send + 'static>(&self, script: Script, xml: String, parse: Parse<T>) -> Result<T, RpcError> {
+        self.rpc.once(script, xml, Vec::new(), parse, self.deadline).await
     }
 
     /// Waits before retrying a step; the error when the deadline is near.
@@ -345,15 +336,8 @@ impl Run {
                 let filename = f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                 attachments.push(Attachment { filename, content: Bytes::from(content) });
             }
-            let mut c = Call::new(
-                Script::JobFile,
-                request::upload_files(auth, batch_id, &todo),
-                reply::parse_upload_files,
-                Retry::Once,
-                self.deadline,
-            );
-            c.attachments = attachments;
-            match call(&self.rpc, c).await {
+            let xml = request::upload_files(auth, batch_id, &todo);
+            match self.rpc.once(Script::JobFile, xml, attachments, reply::parse_upload_files, self.deadline).await {
                 Ok(()) => return Ok(()),
                 // Lost reply, or another submit uploaded the same file first.
                 Err(e) if e.outcome_unknown() || e.is_duplicate_entry() => {
@@ -426,8 +410,4 @@ fn submit_params(batch: &SubmitBatch) -> Step<SubmitParams> {
         delay_bound: num("delay_bound", &p.delay_bound)?,
         app_version_num: num("app_version_num", &p.app_version_num)?,
     })
-}
-
-fn unix_now() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }

@@ -1,7 +1,8 @@
 //! ProjectTree: one per selected project. Owns the project's RpcClient,
 //! BatchMonitor and OutputFetcher, starts a SubmitPipeline per submit, and
-//! renders every outcome into the command's result line (the one place
-//! where typed errors become text, with the authenticator redacted).
+//! renders the outcome of the BOINC_* commands into their result lines,
+//! with the authenticator redacted. (The BLAH front end renders its own,
+//! in `blah/`.)
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +15,7 @@ use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::batch_monitor::{BatchMonitor, Query};
 use crate::project::output_fetcher::{Fetch, OutputFetcher};
-use crate::project::rpc::{call, Call, Retry, RpcClient};
+use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::submit_pipeline::{RunPipeline, SubmitPipeline};
 use crate::project::ProjectKey;
 
@@ -61,8 +62,7 @@ impl Handler<Run> for ProjectTree {
         let rpc = self.rpc.clone();
         let work: ResponseFuture<CommandResult> = match msg.command {
             AsyncCommand::Ping => Box::pin(async move {
-                let c = Call::new(Script::SubmitRpcHandler, request::ping(), reply::parse_ping, Retry::Idempotent, deadline);
-                done(call(&rpc, c).await, "ping_server returned")
+                done(rpc.idempotent(Script::SubmitRpcHandler, request::ping(), reply::parse_ping, deadline).await, "ping_server returned")
             }),
             AsyncCommand::Submit(batch) => {
                 let pipeline =
@@ -92,29 +92,16 @@ impl Handler<Run> for ProjectTree {
                 })
             }
             AsyncCommand::AbortJobs { jobs } => Box::pin(async move {
-                let c = Call::new(
-                    Script::SubmitRpcHandler,
-                    request::abort_jobs(&auth, &jobs),
-                    reply::parse_success,
-                    Retry::Idempotent,
-                    deadline,
-                );
-                done(call(&rpc, c).await, "abort_jobs() returned")
+                let xml = request::abort_jobs(&auth, &jobs);
+                done(rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await, "abort_jobs() returned")
             }),
             AsyncCommand::RetireBatch { batch } => Box::pin(async move {
-                let c = Call::new(
-                    Script::SubmitRpcHandler,
-                    request::retire_batch(&auth, &batch),
-                    reply::parse_success,
-                    Retry::Idempotent,
-                    deadline,
-                );
-                done(call(&rpc, c).await, "retire_batch() returned")
+                let xml = request::retire_batch(&auth, &batch);
+                done(rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await, "retire_batch() returned")
             }),
             AsyncCommand::SetLease { batch, lease_time } => Box::pin(async move {
                 let xml = request::set_expire_time(&auth, &batch, lease_time);
-                let c = Call::new(Script::SubmitRpcHandler, xml, reply::parse_success, Retry::Idempotent, deadline);
-                done(call(&rpc, c).await, "set_lease() returned")
+                done(rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await, "set_lease() returned")
             }),
         };
         let auth = self.key.authenticator.clone();
