@@ -2,8 +2,9 @@
 //!
 //! Configuration, later wins: built-in defaults, the TOML file
 //! (`--config`, else `$BOINC_GAHP_CONFIG`, else
-//! `~/.config/boinc-gahp/config.toml` if it exists), HTCondor's
-//! environment (`GAHP_SSL_CAFILE`, `GAHP_SSL_CADIR`), command-line flags.
+//! `~/.config/boinc-gahp/config.toml` if it exists; read straight into
+//! `DaemonConfig`), HTCondor's environment (`GAHP_SSL_CAFILE`,
+//! `GAHP_SSL_CADIR`), command-line flags.
 //! A `config.txt` in the working directory (line 1 project URL, line 2
 //! authenticator) selects an initial project, as BOINC's C GAHP does; a
 //! broken one is logged and ignored, never fatal.
@@ -16,7 +17,6 @@ use clap::{Parser, Subcommand};
 use gahp_actors::project::ProjectKey;
 use gahp_actors::DaemonConfig;
 use gahp_protocol::Authenticator;
-use serde::Deserialize;
 
 #[derive(Parser, Debug)]
 #[command(name = "boinc_gahp", about = "BOINC GAHP for HTCondor's gridmanager (speaks GAHP on stdin/stdout)", disable_version_flag = true)]
@@ -27,7 +27,7 @@ pub struct Cli {
     /// TOML configuration file.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Directory of the durable state (MD5 cache).
+    /// Directory of the durable state (MD5 cache, BLAH jobs).
     #[arg(long)]
     pub state_dir: Option<PathBuf>,
     /// Log file (rotated daily); default `<state dir>/boinc_gahp.log`.
@@ -57,131 +57,40 @@ pub enum Command {
     Demo(crate::demo::DemoArgs),
 }
 
-/// The TOML file; every key optional.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    pub state_dir: Option<PathBuf>,
-    pub log_file: Option<PathBuf>,
-    pub log_level: Option<String>,
-    pub command_timeout_secs: Option<f64>,
-    pub rpc_timeout_secs: Option<f64>,
-    pub connect_timeout_secs: Option<f64>,
-    pub download_stall_secs: Option<f64>,
-    pub retry_base_ms: Option<u64>,
-    pub retry_max_ms: Option<u64>,
-    pub max_concurrent_rpcs: Option<usize>,
-    pub upload_chunk: Option<usize>,
-    pub query_coalesce_ms: Option<u64>,
-    pub widen_min_mod_time: Option<bool>,
-    pub initial_expire_secs: Option<u64>,
-    pub ca_files: Option<Vec<PathBuf>>,
-    pub hash_threads: Option<usize>,
-    pub blah: Option<BlahFileConfig>,
-}
-
-/// `[blah]`: where `grid_resource = batch boinc` jobs go (docs/blah.md).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BlahFileConfig {
-    pub project_url: Option<String>,
-    /// `~/` is the home directory; a relative path is relative to this file.
-    pub authenticator_file: Option<PathBuf>,
-    pub default_app: Option<String>,
-    pub allow_project_override: Option<bool>,
-    pub status_refresh_secs: Option<f64>,
-    pub submit_timeout_secs: Option<f64>,
-    pub lease_secs: Option<f64>,
-    pub output_fetch_attempts: Option<u32>,
-}
-
 pub struct Settings {
     pub daemon: DaemonConfig,
     pub log_file: PathBuf,
-    pub log_level: String,
 }
 
-fn secs(s: f64) -> Duration {
-    Duration::from_secs_f64(if s.is_finite() && s > 0.0 { s } else { 1.0 })
+/// Seconds from a flag: positive and finite, or an error naming the flag.
+fn flag_secs(flag: &str, v: f64) -> Result<Duration, String> {
+    if v.is_finite() && v > 0.0 && v < 1e12 {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(format!("{flag}: {v} is not a positive number of seconds"))
+    }
+}
+
+/// The config file the daemon reads: `--config`, else `$BOINC_GAHP_CONFIG`,
+/// else `~/.config/boinc-gahp/config.toml` if it exists.
+pub fn config_path(cli: &Cli) -> Option<PathBuf> {
+    cli.config.clone().or_else(|| std::env::var_os("BOINC_GAHP_CONFIG").map(PathBuf::from)).or_else(|| {
+        let p = PathBuf::from(std::env::var_os("HOME")?).join(".config/boinc-gahp/config.toml");
+        p.exists().then_some(p)
+    })
 }
 
 pub fn settings(cli: &Cli) -> Result<Settings, String> {
-    let path = cli.config.clone().or_else(|| std::env::var_os("BOINC_GAHP_CONFIG").map(PathBuf::from)).or_else(|| {
-        let p = PathBuf::from(std::env::var_os("HOME")?).join(".config/boinc-gahp/config.toml");
-        p.exists().then_some(p)
-    });
-    let file: FileConfig = match &path {
+    let path = config_path(cli);
+    let mut d = match &path {
         Some(p) => {
             let text = std::fs::read_to_string(p).map_err(|e| format!("can't read {}: {e}", p.display()))?;
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+            DaemonConfig::from_toml(&text).map_err(|e| format!("{}: {e}", p.display()))?
         }
-        None => FileConfig::default(),
+        None => DaemonConfig::default(),
     };
-    let mut d = DaemonConfig::default();
-    if let Some(v) = file.state_dir {
-        d.state_dir = v;
-    }
-    if let Some(v) = file.command_timeout_secs {
-        d.command_timeout = secs(v);
-    }
-    if let Some(v) = file.rpc_timeout_secs {
-        d.rpc_timeout = secs(v);
-    }
-    if let Some(v) = file.connect_timeout_secs {
-        d.connect_timeout = secs(v);
-    }
-    if let Some(v) = file.download_stall_secs {
-        d.download_stall_timeout = secs(v);
-    }
-    if let Some(v) = file.retry_base_ms {
-        d.retry_base = Duration::from_millis(v);
-    }
-    if let Some(v) = file.retry_max_ms {
-        d.retry_max = Duration::from_millis(v);
-    }
-    if let Some(v) = file.max_concurrent_rpcs {
-        d.max_concurrent_rpcs = v.max(1);
-    }
-    if let Some(v) = file.upload_chunk {
-        d.upload_chunk = v.clamp(1, 20);
-    }
-    if let Some(v) = file.query_coalesce_ms {
-        d.query_coalesce = Duration::from_millis(v);
-    }
-    if let Some(v) = file.widen_min_mod_time {
-        d.widen_min_mod_time = v;
-    }
-    if let Some(v) = file.initial_expire_secs {
-        d.initial_expire = Duration::from_secs(v);
-    }
-    if let Some(v) = file.ca_files {
-        d.ca_files = v;
-    }
-    if let Some(v) = file.hash_threads {
-        d.hash_threads = v.max(1);
-    }
-    if let Some(b) = file.blah {
-        let blah = &mut d.blah;
-        blah.project_url = b.project_url.or(blah.project_url.take());
-        blah.authenticator_file = b.authenticator_file.map(|f| beside(path.as_deref(), &f)).or(blah.authenticator_file.take());
-        blah.default_app = b.default_app.or(blah.default_app.take());
-        if let Some(v) = b.allow_project_override {
-            blah.allow_project_override = v;
-        }
-        if let Some(v) = b.status_refresh_secs {
-            blah.status_refresh = secs(v);
-        }
-        if let Some(v) = b.submit_timeout_secs {
-            blah.submit_timeout = secs(v);
-        }
-        if let Some(v) = b.lease_secs {
-            blah.lease = secs(v);
-        }
-        if let Some(v) = b.output_fetch_attempts {
-            blah.output_fetch_attempts = v.max(1);
-        }
-    }
-    d.blah.config_file = path.clone();
+    d.blah.authenticator_file = d.blah.authenticator_file.take().map(|f| beside(path.as_deref(), &f));
+    d.blah.config_file = path;
     if let Some(f) = std::env::var_os("GAHP_SSL_CAFILE").filter(|f| !f.is_empty()) {
         d.ca_files.push(PathBuf::from(f));
     }
@@ -195,17 +104,23 @@ pub fn settings(cli: &Cli) -> Result<Settings, String> {
         d.state_dir = v.clone();
     }
     if let Some(v) = cli.command_timeout {
-        d.command_timeout = secs(v);
+        d.command_timeout = flag_secs("--command-timeout", v)?;
     }
     if let Some(v) = cli.rpc_timeout {
-        d.rpc_timeout = secs(v);
+        d.rpc_timeout = flag_secs("--rpc-timeout", v)?;
     }
     if let Some(v) = cli.retry_base_ms {
         d.retry_base = Duration::from_millis(v);
     }
-    let log_file = cli.log_file.clone().or(file.log_file).unwrap_or_else(|| d.state_dir.join("boinc_gahp.log"));
-    let log_level = cli.log_level.clone().or(file.log_level).unwrap_or_else(|| "info".into());
-    Ok(Settings { daemon: d, log_file, log_level })
+    if let Some(v) = &cli.log_file {
+        d.log_file = Some(v.clone());
+    }
+    if let Some(v) = &cli.log_level {
+        d.log_level = v.clone();
+    }
+    d.validate().map_err(|e| format!("{e}"))?;
+    let log_file = d.log_file.clone().unwrap_or_else(|| d.state_dir.join("boinc_gahp.log"));
+    Ok(Settings { daemon: d, log_file })
 }
 
 /// `~/x` under the home directory, a relative path beside the config file.
@@ -221,7 +136,7 @@ fn beside(config: Option<&Path>, file: &Path) -> PathBuf {
 
 /// Logs go to a daily-rotated file, never to stdout (it carries the
 /// protocol). Writes are synchronous so nothing is lost on a prompt exit.
-pub fn init_logging(file: &Path, level: &str) {
+pub fn init_logging(file: &Path, level: &str, max_files: usize) {
     // HTTP internals stay quiet at any level: at trace they would print
     // request lines, and a download URL carries the authenticator.
     let quiet = ",awc=warn,actix_http=warn,actix_tls=warn,h2=warn,rustls=warn,mio=warn";
@@ -231,7 +146,15 @@ pub fn init_logging(file: &Path, level: &str) {
     let name = file.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "boinc_gahp.log".into());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
     let installed = match std::fs::create_dir_all(dir) {
-        Ok(()) => builder.with_writer(tracing_appender::rolling::daily(dir, name)).try_init(),
+        Ok(()) => match tracing_appender::rolling::Builder::new()
+            .rotation(tracing_appender::rolling::Rotation::DAILY)
+            .filename_prefix(name.to_string_lossy())
+            .max_log_files(max_files.max(1))
+            .build(dir)
+        {
+            Ok(appender) => builder.with_writer(appender).try_init(),
+            Err(_) => builder.with_writer(io::stderr).try_init(),
+        },
         // No writable log directory: stderr, which the gridmanager drains.
         Err(_) => builder.with_writer(io::stderr).try_init(),
     };
@@ -259,7 +182,7 @@ pub fn initial_project(dir: &Path) -> Option<ProjectKey> {
 
 /// Runs the daemon on stdin/stdout until EOF or QUIT.
 pub fn run_daemon(settings: Settings) -> io::Result<()> {
-    init_logging(&settings.log_file, &settings.log_level);
+    init_logging(&settings.log_file, &settings.daemon.log_level, settings.daemon.max_log_files);
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "boinc_gahp starting");
     let initial = std::env::current_dir().ok().and_then(|d| initial_project(&d));
     let system = actix_rt::System::new();

@@ -47,7 +47,12 @@ pub fn run(args: DemoArgs) -> Result<(), String> {
 
     let log = out.join("boinc_gahp.log");
     let state = out.join("state");
-    let mut gahp = GahpClient::spawn(&exe, &["--state-dir", &state.to_string_lossy(), "--log-file", &log.to_string_lossy()], &[], &out)
+    // A config of its own (all defaults), so that the user's cannot change
+    // or break the demo.
+    let config = out.join("boinc_gahp.toml");
+    std::fs::write(&config, "# the demo's daemon: every setting at its default\n").map_err(e("writing the demo's config"))?;
+    let (config, state, log) = (config.to_string_lossy(), state.to_string_lossy(), log.to_string_lossy());
+    let mut gahp = GahpClient::spawn(&exe, &["--config", &config, "--state-dir", &state, "--log-file", &log], &[], &out)
         .map_err(e("starting the daemon"))?;
     println!("daemon started (pid {}): {}", gahp.pid(), gahp.banner);
 

@@ -24,8 +24,8 @@ fn toml_blocks() -> Vec<String> {
 fn every_toml_example_in_the_readme_parses() {
     let blocks = toml_blocks();
     assert_eq!(blocks.len(), 3, "daemon config, sim config, fault plan");
-    let daemon: boinc_gahp::cli::FileConfig = toml::from_str(&blocks[0]).expect("daemon config example");
-    assert_eq!(daemon.command_timeout_secs, Some(270.0));
+    let daemon = gahp_actors::DaemonConfig::from_toml(&blocks[0]).expect("daemon config example");
+    assert_eq!(daemon.command_timeout, std::time::Duration::from_secs(270));
     let sim = boinc_sim::SimConfig::from_toml(&blocks[1]).expect("sim config example");
     assert_eq!(sim.time_scale, 60.0);
     let plan = boinc_sim::faults::FaultPlan::from_toml(&blocks[2]).expect("fault plan example");

@@ -1,38 +1,61 @@
-//! Tunables of the daemon. Defaults suit HTCondor's gridmanager: every
-//! command ends inside its 300 s call timeout.
+//! Tunables of the daemon, read straight from the TOML config file (every
+//! key optional; the defaults suit HTCondor's gridmanager: every command ends
+//! inside its 300 s call timeout). Durations are written as `*_secs` (a
+//! positive number) or `*_ms` (a whole number); nonsense is refused with the
+//! key's name, never replaced by a guess.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Debug, Clone)]
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct DaemonConfig {
-    /// Where the SQLite state (MD5 cache) lives.
+    /// Where the SQLite state (MD5 cache, BLAH jobs) lives.
     pub state_dir: PathBuf,
+    /// Log file, rotated daily; default `<state_dir>/boinc_gahp.log`.
+    pub log_file: Option<PathBuf>,
+    /// A `tracing` filter, e.g. `info` or `info,gahp_actors=debug`.
+    pub log_level: String,
+    /// Daily log files kept; older ones are deleted.
+    pub max_log_files: usize,
     /// A whole command (all its RPCs and retries) gives up after this.
+    #[serde(rename = "command_timeout_secs", with = "secs")]
     pub command_timeout: Duration,
     /// One HTTP exchange (request sent until reply body read).
+    #[serde(rename = "rpc_timeout_secs", with = "secs")]
     pub rpc_timeout: Duration,
+    #[serde(rename = "connect_timeout_secs", with = "secs")]
     pub connect_timeout: Duration,
     /// A download fails when no byte arrives for this long.
+    #[serde(rename = "download_stall_secs", with = "secs")]
     pub download_stall_timeout: Duration,
-    /// First retry delay; doubled per attempt up to `retry_max`, full jitter.
+    /// First retry delay; doubled per attempt up to `retry_max`, each delay
+    /// then scaled by a random factor in [0.5, 1].
+    #[serde(rename = "retry_base_ms", with = "millis")]
     pub retry_base: Duration,
+    #[serde(rename = "retry_max_ms", with = "millis")]
     pub retry_max: Duration,
     /// HTTP requests in flight per project.
     pub max_concurrent_rpcs: usize,
     /// Files per upload_files call (PHP's max_file_uploads is 20).
     pub upload_chunk: usize,
     /// Identical BOINC_QUERY_BATCHES within this window share one RPC.
+    #[serde(rename = "query_coalesce_ms", with = "millis")]
     pub query_coalesce: Duration,
-    /// Ask the server with floor(min_mod_time) - 1 (spec §7.4 mitigation).
+    /// Ask the server with floor(min_mod_time) - 1: its clock has 1 s steps.
     pub widen_min_mod_time: bool,
     /// create_batch's first expiry, before the gridmanager's first lease.
+    #[serde(rename = "initial_expire_secs", with = "secs")]
     pub initial_expire: Duration,
     /// Extra trust roots (PEM) besides the built-in web roots.
     pub ca_files: Vec<PathBuf>,
     /// Hashing threads.
     pub hash_threads: usize,
-    /// Test hook: a command naming this batch or job panics its actor.
+    /// Test hook (`BOINC_GAHP_PANIC_ON`, never from the file): a command
+    /// naming this batch or job panics its actor.
+    #[serde(skip)]
     pub panic_on: Option<String>,
     /// The `BLAH_*` front end (`grid_resource = batch boinc`).
     pub blah: BlahConfig,
@@ -40,26 +63,32 @@ pub struct DaemonConfig {
 
 /// Where `BLAH_*` jobs go and how they are watched (the `[blah]` section
 /// of the config file).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct BlahConfig {
     /// The default project; a job may name another with `BoincProjectUrl`.
     pub project_url: Option<String>,
     /// A file whose first word is the account key (`BoincAuthenticatorFile`
-    /// overrides it per job).
+    /// overrides it per job). `~/` is the home directory; a relative path is
+    /// relative to the config file.
     pub authenticator_file: Option<PathBuf>,
     /// The app of jobs that set neither `+remote_BoincApp` nor `batch_queue`.
     pub default_app: Option<String>,
     /// Jobs may choose their own project and authenticator file.
     pub allow_project_override: bool,
     /// One query_batch2 per project per period answers every status.
+    #[serde(rename = "status_refresh_secs", with = "secs")]
     pub status_refresh: Duration,
     /// A submission retries transient failures this long, then holds the job.
+    #[serde(rename = "submit_timeout_secs", with = "secs")]
     pub submit_timeout: Duration,
     /// Batch expiry set on the server, renewed at half-life while watched.
+    #[serde(rename = "lease_secs", with = "secs")]
     pub lease: Duration,
     /// Failed output downloads before the job is held.
     pub output_fetch_attempts: u32,
     /// Where this came from, named in hold reasons that ask for a fix.
+    #[serde(skip)]
     pub config_file: Option<PathBuf>,
 }
 
@@ -83,6 +112,9 @@ impl Default for DaemonConfig {
     fn default() -> Self {
         DaemonConfig {
             state_dir: default_state_dir(),
+            log_file: None,
+            log_level: "info".into(),
+            max_log_files: 14,
             command_timeout: Duration::from_secs(270),
             rpc_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(30),
@@ -102,6 +134,76 @@ impl Default for DaemonConfig {
     }
 }
 
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{key}: {why}")]
+pub struct ConfigError {
+    pub key: &'static str,
+    pub why: String,
+}
+
+impl DaemonConfig {
+    /// Parses a config file's text; unknown keys and bad values are errors.
+    pub fn from_toml(text: &str) -> Result<Self, String> {
+        let config: DaemonConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.validate().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+
+    /// What the types alone do not rule out.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |key, why: &str| Err(ConfigError { key, why: why.into() });
+        if self.max_concurrent_rpcs == 0 {
+            return bad("max_concurrent_rpcs", "must be at least 1");
+        }
+        if !(1..=20).contains(&self.upload_chunk) {
+            return bad("upload_chunk", "must be 1 to 20 (PHP takes at most 20 files per request)");
+        }
+        if self.hash_threads == 0 {
+            return bad("hash_threads", "must be at least 1");
+        }
+        if self.max_log_files == 0 {
+            return bad("max_log_files", "must be at least 1");
+        }
+        if self.retry_base.is_zero() {
+            return bad("retry_base_ms", "must be at least 1");
+        }
+        if self.retry_max < self.retry_base {
+            return bad("retry_max_ms", "must not be less than retry_base_ms");
+        }
+        if self.blah.output_fetch_attempts == 0 {
+            return bad("blah.output_fetch_attempts", "must be at least 1");
+        }
+        if self.blah.project_url.as_deref().is_some_and(|u| !(u.starts_with("http://") || u.starts_with("https://"))) {
+            return bad("blah.project_url", "must be an http:// or https:// URL");
+        }
+        Ok(())
+    }
+}
+
+/// `*_secs` keys: a positive, finite number of seconds.
+mod secs {
+    use serde::{de::Error, Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let v = f64::deserialize(d)?;
+        if !(v.is_finite() && v > 0.0 && v < 1e12) {
+            return Err(D::Error::custom(format!("{v} is not a positive number of seconds")));
+        }
+        Ok(Duration::from_secs_f64(v))
+    }
+}
+
+/// `*_ms` keys: a whole number of milliseconds.
+mod millis {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        Ok(Duration::from_millis(u64::deserialize(d)?))
+    }
+}
+
 /// `$XDG_STATE_HOME/boinc-gahp`, else `~/.local/state/boinc-gahp`, else a
 /// directory under the temp dir (the gridmanager always sets HOME).
 pub fn default_state_dir() -> PathBuf {
@@ -112,4 +214,39 @@ pub fn default_state_dir() -> PathBuf {
         return PathBuf::from(h).join(".local/state/boinc-gahp");
     }
     std::env::temp_dir().join("boinc-gahp-state")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_is_optional_and_values_are_read_as_written() {
+        let c = DaemonConfig::from_toml("").unwrap();
+        assert_eq!(c.command_timeout, Duration::from_secs(270));
+        let c = DaemonConfig::from_toml("command_timeout_secs = 12.5\nretry_base_ms = 20\n[blah]\nlease_secs = 60\n").unwrap();
+        assert_eq!(c.command_timeout, Duration::from_millis(12_500));
+        assert_eq!(c.retry_base, Duration::from_millis(20));
+        assert_eq!(c.blah.lease, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn nonsense_is_refused_with_the_key_named() {
+        for (text, key) in [
+            ("command_timeout_secs = -3", "command_timeout_secs"),
+            ("rpc_timeout_secs = 0", "rpc_timeout_secs"),
+            ("rpc_timeout_secs = nan", "rpc_timeout_secs"),
+            ("download_stall_secs = \"soon\"", "download_stall_secs"),
+            ("retry_base_ms = -1", "retry_base_ms"),
+            ("upload_chunk = 21", "upload_chunk"),
+            ("max_concurrent_rpcs = 0", "max_concurrent_rpcs"),
+            ("retry_base_ms = 900\nretry_max_ms = 100", "retry_max_ms"),
+            ("no_such_key = 1", "no_such_key"),
+            ("[blah]\nstatus_refresh_secs = 0", "status_refresh_secs"),
+            ("[blah]\nproject_url = \"ftp://x/\"", "blah.project_url"),
+        ] {
+            let err = DaemonConfig::from_toml(text).expect_err(text);
+            assert!(err.contains(key), "{text}: {err}");
+        }
+    }
 }
