@@ -242,6 +242,43 @@ fn a_job_with_arguments_an_input_and_two_outputs_completes_with_its_files() {
 }
 
 #[test]
+fn a_job_that_asks_gets_its_apps_zip_outputs_unpacked_into_its_directory() {
+    let w = World::new("");
+    let mut g = w.start();
+    let iwd = w.path().join("zipjob");
+    std::fs::create_dir_all(&iwd).unwrap();
+    std::fs::write(iwd.join("in"), "zip me\n").unwrap();
+    let files = |unzip: bool| {
+        let mut attrs = vec![
+            ("BoincApp", str_value("zipper")),
+            ("TransferInput", str_value("in")),
+            ("TransferOutput", str_value("upper.txt, count.txt")),
+            ("TransferOutputRemaps", str_value("count.txt=summary.txt")),
+        ];
+        if unzip {
+            attrs.push(("BoincUnzipOutputs", Value::Bool(true)));
+        }
+        attrs
+    };
+    let id = submit(&mut g, job_ad(&iwd, "home_zip_1", &files(true)));
+    let (_, ad) = wait_status(&mut g, &id, 4);
+    assert_eq!(ad.get_int("ExitCode"), Some(0), "{ad}");
+    assert_eq!(std::fs::read_to_string(iwd.join("upper.txt")).unwrap(), "ZIP ME\n");
+    assert!(std::fs::read_to_string(iwd.join("summary.txt")).unwrap().contains("words 2"), "remaps apply to unpacked files");
+    let mut names: Vec<String> = std::fs::read_dir(&iwd).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["in", "summary.txt", "upper.txt"], "the archive the job did not name and every temporary file are gone");
+
+    // Without asking, a job that names files the app does not output is
+    // held before anything is created, saying which.
+    let r = blah(&mut g, BlahCommand::JobSubmit { ad: job_ad(&iwd, "home_zip_2", &files(false)) });
+    let id = r[2].clone();
+    let (_, ad) = wait_status(&mut g, &id, 5);
+    let reason = ad.get_str("HoldReason").unwrap_or_default();
+    assert!(reason.contains("upper.txt"), "{reason}");
+}
+
+#[test]
 fn cancel_aborts_the_running_boinc_job_and_a_release_resubmits_a_new_attempt() {
     let w = World::new("default_app = \"uppercase\"\n");
     let (sim, dir) = (&w.sim, w.path());

@@ -293,6 +293,21 @@ pub struct OutputPlan {
     pub files: Vec<(String, PathBuf)>,
     pub out: Option<PathBuf>,
     pub err: Option<PathBuf>,
+    /// `+remote_BoincUnzipOutputs = true`: zip outputs are unpacked.
+    pub unzip: Option<Unzip>,
+}
+
+/// How a job that asked for it gets the files inside its app's zip outputs
+/// (an app whose output names are not known in advance returns one zip).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Unzip {
+    /// Where the entries go: the job's directory.
+    pub dir: PathBuf,
+    /// App outputs fetched only to be unpacked (not named by the job).
+    pub archives: Vec<String>,
+    /// Files the job named that are not outputs of the app: they must come
+    /// out of the archives (name in the archive, destination after remaps).
+    pub expected: Vec<(String, PathBuf)>,
 }
 
 /// The output name whose content becomes the job's stdout (`Out`).
@@ -312,19 +327,33 @@ pub fn output_plan(ad: &ClassAd, app: &str, outputs: &[String]) -> Result<Output
             _ => return Err(MapError::BadRemap(entry.to_string())),
         }
     }
-    let names: Vec<String> = match ad.get_str("TransferOutput") {
+    let names: Vec<String> = match ad.get_str("TransferOutput").filter(|l| !l.trim().is_empty()) {
         Some(list) => list.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect(),
         None => outputs.iter().filter(|n| out.is_none() || n.as_str() != STDOUT_OUTPUT).cloned().collect(),
     };
+    let unzip = ad.get_bool("BoincUnzipOutputs") == Some(true);
     let mut files = Vec::with_capacity(names.len());
+    let mut expected = Vec::new();
     for name in names {
-        if !outputs.contains(&name) {
+        let dest = under(&iwd, Path::new(remaps.get(&name).unwrap_or(&name)));
+        if outputs.contains(&name) {
+            files.push((name, dest));
+        } else if unzip {
+            expected.push((name, dest));
+        } else {
             return Err(MapError::NoSuchOutput { app: app.to_string(), name, outputs: outputs.join(", ") });
         }
-        let dest = under(&iwd, Path::new(remaps.get(&name).unwrap_or(&name)));
-        files.push((name, dest));
     }
-    Ok(OutputPlan { files, out, err })
+    let unzip = unzip.then(|| Unzip {
+        archives: outputs
+            .iter()
+            .filter(|n| !files.iter().any(|(f, _)| f == *n) && (out.is_none() || n.as_str() != STDOUT_OUTPUT))
+            .cloned()
+            .collect(),
+        dir: iwd.clone(),
+        expected,
+    });
+    Ok(OutputPlan { files, out, err, unzip })
 }
 
 /// `Iwd` and the `Out` and `Err` paths (absent or `/dev/null`: none).
@@ -463,5 +492,24 @@ mod tests {
         let e = output_plan(&ad("[ Iwd = \"/w\"; TransferOutput = \"nope\" ]"), "wc", &outs).unwrap_err();
         assert!(e.to_string().contains("no output named nope"), "{e}");
         assert!(matches!(output_plan(&ad("[ Iwd = \"/w\"; TransferOutputRemaps = \"x\" ]"), "wc", &outs), Err(MapError::BadRemap(_))));
+    }
+
+    #[test]
+    fn a_job_that_asks_for_unzipping_may_name_files_inside_the_zip() {
+        let outs = ["results.zip".to_string()];
+        let a = ad("[ Iwd = \"/w\"; TransferOutput = \"upper.txt, count.txt\"; BoincUnzipOutputs = true ]");
+        let p = output_plan(&a, "zipper", &outs).unwrap();
+        assert!(p.files.is_empty());
+        let u = p.unzip.unwrap();
+        assert_eq!(u.archives, ["results.zip"], "fetched only to be unpacked");
+        assert_eq!(u.expected, [("upper.txt".into(), PathBuf::from("/w/upper.txt")), ("count.txt".into(), PathBuf::from("/w/count.txt"))]);
+        // Naming the archive keeps it (and it is still unpacked).
+        let a = ad("[ Iwd = \"/w\"; TransferOutput = \"results.zip\"; BoincUnzipOutputs = true ]");
+        let p = output_plan(&a, "zipper", &outs).unwrap();
+        assert_eq!(p.files, [("results.zip".into(), PathBuf::from("/w/results.zip"))]);
+        assert!(p.unzip.unwrap().archives.is_empty());
+        // Without asking, a name the app does not output is an error.
+        let a = ad("[ Iwd = \"/w\"; TransferOutput = \"upper.txt\" ]");
+        assert!(matches!(output_plan(&a, "zipper", &outs), Err(MapError::NoSuchOutput { .. })));
     }
 }

@@ -15,7 +15,7 @@ use gahp_protocol::gahp::blah::job_status;
 use crate::atomic_file;
 use crate::blah::map::{self, OutputPlan, STDOUT_OUTPUT};
 use crate::config::BlahConfig;
-use crate::project::output_fetcher::{append, completed_job, fetch_file, output_templates};
+use crate::project::output_fetcher::{append, completed_job, extract_zip, fetch_file, output_templates};
 use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::ProjectKey;
 
@@ -61,6 +61,27 @@ pub async fn deliver_done(
     };
     for (name, dest) in &plan.files {
         get(name, dest).await?;
+    }
+    if let Some(unzip) = &plan.unzip {
+        for name in &unzip.archives {
+            // Fetched beside its entries' destination, removed when done.
+            let tmp =
+                atomic_file::temp_beside(&unzip.dir.join(name)).map_err(|e| format!("can't write in {}: {e}", unzip.dir.display()))?;
+            get(name, tmp.path()).await?;
+            unpack_if_zip(tmp.path(), &unzip.dir)?;
+        }
+        for (_, dest) in &plan.files {
+            unpack_if_zip(dest, &unzip.dir)?;
+        }
+        for (name, dest) in &unzip.expected {
+            let unpacked = unzip.dir.join(name);
+            if unpacked != *dest && unpacked.is_file() {
+                std::fs::rename(&unpacked, dest).map_err(|e| format!("can't move {} to {}: {e}", unpacked.display(), dest.display()))?;
+            }
+            if !dest.is_file() {
+                return Err(format!("{name} is neither an output of the app nor in its zip outputs"));
+            }
+        }
     }
     if let Some(out) = &plan.out {
         if templates.outputs.iter().any(|n| n == STDOUT_OUTPUT) {
@@ -111,7 +132,8 @@ pub async fn resolve_error(
         reason.push_str(&format!("; exit status {e}"));
     }
     if let Some(ad) = ad {
-        let plan = map::std_streams(ad).map(|(_, out, err)| OutputPlan { files: vec![], out, err }).map_err(|e| e.to_string())?;
+        let plan =
+            map::std_streams(ad).map(|(_, out, err)| OutputPlan { files: vec![], out, err, unzip: None }).map_err(|e| e.to_string())?;
         if let Some(out) = &plan.out {
             write_whole(out, b"").map_err(|e| format!("can't write {}: {e}", out.display()))?;
         }
@@ -128,6 +150,19 @@ pub async fn resolve_error(
         failed.insert("RemoteUserCpu", Value::Real(c.cpu_time));
     }
     Ok((job_status::COMPLETED, failed))
+}
+
+/// Unpacks `path` into `dir` if it is a zip archive (by its content, as BOINC
+/// names outputs freely), with the same rules as BOINC_FETCH_OUTPUT: an entry
+/// that would leave `dir`, or a link, refuses the whole archive.
+fn unpack_if_zip(path: &Path, dir: &Path) -> Result<(), String> {
+    let mut magic = [0u8; 4];
+    let is_zip =
+        std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok() && magic == *b"PK\x03\x04";
+    if !is_zip {
+        return Ok(());
+    }
+    extract_zip(path, dir).map_err(|e| format!("can't unpack {}: {e}", path.display()))
 }
 
 /// `Err` gets the stderr text; when it is also `Out`, after Out's content.
