@@ -67,6 +67,7 @@ pub struct FileConfig {
     pub command_timeout_secs: Option<f64>,
     pub rpc_timeout_secs: Option<f64>,
     pub connect_timeout_secs: Option<f64>,
+    pub ping_timeout_secs: Option<f64>,
     pub download_stall_secs: Option<f64>,
     pub retry_base_ms: Option<u64>,
     pub retry_max_ms: Option<u64>,
@@ -129,6 +130,9 @@ pub fn settings(cli: &Cli) -> Result<Settings, String> {
     }
     if let Some(v) = file.connect_timeout_secs {
         d.connect_timeout = secs(v);
+    }
+    if let Some(v) = file.ping_timeout_secs {
+        d.ping_timeout = secs(v);
     }
     if let Some(v) = file.download_stall_secs {
         d.download_stall_timeout = secs(v);

@@ -13,6 +13,9 @@ pub struct DaemonConfig {
     /// One HTTP exchange (request sent until reply body read).
     pub rpc_timeout: Duration,
     pub connect_timeout: Duration,
+    /// BOINC_PING / BLAH_PING: one attempt within this; a probe must learn
+    /// "down" in seconds, not after the retries of a command.
+    pub ping_timeout: Duration,
     /// A download fails when no byte arrives for this long.
     pub download_stall_timeout: Duration,
     /// First retry delay; doubled per attempt up to `retry_max`, full jitter.
@@ -86,6 +89,7 @@ impl Default for DaemonConfig {
             command_timeout: Duration::from_secs(270),
             rpc_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(30),
+            ping_timeout: Duration::from_secs(10),
             download_stall_timeout: Duration::from_secs(60),
             retry_base: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),

@@ -60,10 +60,14 @@ impl Handler<Run> for ProjectTree {
         let auth = self.key.authenticator.clone();
         let rpc = self.rpc.clone();
         let work: ResponseFuture<CommandResult> = match msg.command {
-            AsyncCommand::Ping => Box::pin(async move {
-                let c = Call::new(Script::SubmitRpcHandler, request::ping(), reply::parse_ping, Retry::Idempotent, deadline);
-                done(call(&rpc, c).await, "ping_server returned")
-            }),
+            AsyncCommand::Ping => {
+                // One attempt, answered at once: the gridmanager probes with it.
+                let deadline = Instant::now() + self.config.ping_timeout.min(self.config.command_timeout);
+                Box::pin(async move {
+                    let c = Call::new(Script::SubmitRpcHandler, request::ping(), reply::parse_ping, Retry::Once, deadline);
+                    done(call(&rpc, c).await, "ping_server returned")
+                })
+            }
             AsyncCommand::Submit(batch) => {
                 let pipeline =
                     SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), batch, deadline).start();
