@@ -94,6 +94,8 @@ pub struct BlahFileConfig {
     pub submit_timeout_secs: Option<f64>,
     pub lease_secs: Option<f64>,
     pub output_fetch_attempts: Option<u32>,
+    pub batch_window_secs: Option<f64>,
+    pub batch_max_jobs: Option<usize>,
 }
 
 pub struct Settings {
@@ -183,6 +185,13 @@ pub fn settings(cli: &Cli) -> Result<Settings, String> {
         }
         if let Some(v) = b.output_fetch_attempts {
             blah.output_fetch_attempts = v.max(1);
+        }
+        if let Some(v) = b.batch_window_secs {
+            // 0 is allowed: no gathering.
+            blah.batch_window = Duration::from_secs_f64(if v.is_finite() && v > 0.0 { v } else { 0.0 });
+        }
+        if let Some(v) = b.batch_max_jobs {
+            blah.batch_max_jobs = v.max(1);
         }
     }
     d.blah.config_file = path.clone();

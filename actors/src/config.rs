@@ -62,6 +62,11 @@ pub struct BlahConfig {
     pub lease: Duration,
     /// Failed output downloads before the job is held.
     pub output_fetch_attempts: u32,
+    /// Jobs submitted within this of a batch's first job, to the same
+    /// project and app, share its BOINC batch (a lone job waits this long).
+    pub batch_window: Duration,
+    /// At most this many jobs per shared BOINC batch (1: a batch per job).
+    pub batch_max_jobs: usize,
     /// Where this came from, named in hold reasons that ask for a fix.
     pub config_file: Option<PathBuf>,
 }
@@ -77,6 +82,8 @@ impl Default for BlahConfig {
             submit_timeout: Duration::from_secs(3600),
             lease: Duration::from_secs(7 * 24 * 3600),
             output_fetch_attempts: 5,
+            batch_window: Duration::from_secs(2),
+            batch_max_jobs: 1000,
             config_file: None,
         }
     }

@@ -13,7 +13,7 @@ use tokio::io::AsyncRead;
 use tokio_util::codec::{Decoder, FramedRead};
 
 use crate::blah::jobs::{BlahDispatch, BlahJobs};
-use crate::blah::store::BlahStore;
+use crate::blah::store::{BlahStore, Gathering};
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::ProjectKey;
@@ -193,7 +193,14 @@ pub fn start_daemon(
     let stager = FileStager::new(db.clone(), config.hash_threads).start();
     let queue = ResultQueue::default().start();
     let projects = Projects::new(config.clone(), queue.clone(), stager.clone()).start();
-    let blah = BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db)?).start();
+    let blah = BlahJobs::new(
+        config.clone(),
+        queue.clone(),
+        projects.clone(),
+        stager,
+        BlahStore::new(db, Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs))?,
+    )
+    .start();
     let session = Session::create(|ctx| {
         ctx.add_stream(FramedRead::new(input, GahpDecoder(LineFramer::new(MAX_LINE))));
         Session { out: output, prefix: Vec::new(), current: initial_project, queue: queue.clone(), projects: projects.clone(), blah }

@@ -72,9 +72,12 @@ impl Handler<Run> for ProjectTree {
                 let pipeline =
                     SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), batch, deadline).start();
                 Box::pin(async move {
-                    pipeline.send(RunPipeline).await.unwrap_or_else(|_| {
-                        CommandResult::Error("error submitting jobs: internal error (the submit pipeline stopped)".into())
-                    })
+                    // The edge: the typed error becomes the result's text here.
+                    match pipeline.send(RunPipeline).await {
+                        Ok(Ok(())) => CommandResult::Ok,
+                        Ok(Err(e)) => CommandResult::Error(auth.redact_in(&e.to_string())),
+                        Err(_) => CommandResult::Error("error submitting jobs: internal error (the submit pipeline stopped)".into()),
+                    }
                 })
             }
             AsyncCommand::QueryBatches { min_mod_time, batches } => {
