@@ -643,3 +643,65 @@ fn many_jobs_cost_at_most_two_and_a_half_rpcs_each() {
     println!("{n} jobs in {} batches: {total} RPCs, {per_job:.3} per job: {counts:?}", shared.len());
     assert!(per_job <= 2.5, "{per_job:.3} RPCs per job: {counts:?}");
 }
+
+/// Exactly once per job in a shared batch: the create_batch reply is lost,
+/// the daemon is killed while submit_batch hangs, and the next daemon
+/// (asked for the same ids, and given a resubmit) finishes the batch: one
+/// batch, each job once, every output right.
+#[test]
+fn a_shared_batch_survives_a_lost_reply_and_a_daemon_killed_mid_submit() {
+    let w = World::new("default_app = \"uppercase\"\nbatch_window_secs = 1\n");
+    let (sim, dir) = (&w.sim, w.path());
+    sim.set_faults(serde_json::json!({"seed": 1, "script": [
+        {"endpoint": "submit_rpc_handler.php:create_batch", "nth": 1, "kind": "lose_reply"},
+        {"endpoint": "submit_rpc_handler.php:submit_batch", "nth": 1, "kind": "hang"},
+    ]}));
+    let mut g = w.start();
+    let ad = |i: usize| {
+        let iwd = dir.join(format!("k{i}"));
+        std::fs::create_dir_all(&iwd).unwrap();
+        std::fs::write(iwd.join("in"), format!("kill {i}\n")).unwrap();
+        job_ad(&iwd, &format!("home_bl_kill_{i}.0"), &[("TransferInput", str_value("in"))])
+    };
+    let ids: Vec<String> =
+        blah_burst(&mut g, (0..5).map(|i| BlahCommand::JobSubmit { ad: ad(i) }).collect(), WAIT).into_iter().map(|r| r[2].clone()).collect();
+    let (batch, _) = batch_and_job(&ids[0]);
+    assert!(ids.iter().all(|id| batch_and_job(id).0 == batch), "{ids:?}");
+    eventually("submit_batch is under way", || sim_calls(sim, "submit_rpc_handler.php:submit_batch") >= 1);
+    g.kill();
+
+    let mut g = w.start();
+    // A resubmit of a member after the restart: the same job.
+    assert_eq!(submit(&mut g, ad(2)), ids[2]);
+    for (i, id) in ids.iter().enumerate() {
+        let (_, done) = wait_status(&mut g, id, 4);
+        assert_eq!(done.get_int("ExitCode"), Some(0));
+        assert_eq!(std::fs::read_to_string(dir.join(format!("k{i}/out"))).unwrap(), format!("KILL {i}\n"));
+    }
+    let batches = sim.batches_named(&batch);
+    assert_eq!(batches.len(), 1, "one batch of its name: {batches:?}");
+    let jobs = sim.jobs_of(batches[0]["id"].as_i64().unwrap());
+    assert_eq!(jobs.len(), 5, "each job once: {jobs:?}");
+    assert_eq!(sim.state()["jobs"].as_array().unwrap().len(), 5);
+    // The batch made once (found by name after the lost reply), submitted
+    // by the second daemon after the first one's call hung.
+    assert_eq!(sim_calls(sim, "submit_rpc_handler.php:create_batch"), 1);
+    assert_eq!(sim_calls(sim, "submit_rpc_handler.php:submit_batch"), 2);
+}
+
+/// BLAH_PING of a project that refuses connections: an error in seconds.
+#[test]
+fn a_blah_ping_of_a_refused_port_is_answered_at_once() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("boinc.auth"), "k\n").unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, format!("[blah]\nproject_url = \"http://127.0.0.1:{port}/\"\nauthenticator_file = \"boinc.auth\"\n")).unwrap();
+    let mut g = gahp_with(dir.path(), &["--config", config.to_str().unwrap()], &[]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    let started = Instant::now();
+    let r = blah(&mut g, BlahCommand::Ping { batch_type: "boinc".into() });
+    assert_eq!(r[0], "1", "{r:?}");
+    assert!(r[1].contains("-184"), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "answered after {:?}", started.elapsed());
+}
