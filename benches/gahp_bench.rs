@@ -237,6 +237,36 @@ fn query_storm(n: u32) {
     );
 }
 
+/// `n` concurrent BOINC_QUERY_BATCHES over one `jobs`-job batch, their
+/// results left queued until all are in: the daemon's peak memory.
+fn storm_memory(jobs: usize, n: u32) {
+    let sim = sim();
+    let dir = tempfile::tempdir().unwrap();
+    let files = write_files(&dir.path().join("in"), 100, 64, "stormmem");
+    let mut g = daemon(dir.path(), &sim);
+    assert_eq!(g.call(|id| cmd(id, AsyncCommand::Submit(batch("stormmem", jobs, &files))), WAIT).unwrap(), ["NULL"]);
+    let after_submit = peak_rss_mb(g.pid());
+    let t = Instant::now();
+    for id in 5000..5000 + n {
+        g.submit_async(&cmd(id, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec!["stormmem".into()] })).unwrap();
+    }
+    // Let every result queue up before the first RESULTS drains them.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut bytes = 0;
+    for id in 5000..5000 + n {
+        let r = g.wait_result(id, WAIT).unwrap();
+        assert_eq!(r[0], "NULL");
+        bytes += r.iter().map(|a| a.len() + 1).sum::<usize>();
+    }
+    println!(
+        "{n} concurrent BOINC_QUERY_BATCHES over a {jobs}-job batch: answered in {:.2} s ({:.1} MB of result lines); \
+         daemon peak RSS {after_submit:.0} MB after the submit, {:.0} MB after the storm",
+        t.elapsed().as_secs_f64(),
+        bytes as f64 / 1e6,
+        peak_rss_mb(g.pid())
+    );
+}
+
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     // Other words select benchmarks by name (cargo's own flags are skipped).
@@ -265,5 +295,8 @@ fn main() {
     }
     if run("query_storm") {
         query_storm(if quick { 200 } else { 1_000 });
+    }
+    if run("storm_memory") {
+        storm_memory(if quick { 1_000 } else { 10_000 }, 100);
     }
 }

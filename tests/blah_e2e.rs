@@ -554,3 +554,193 @@ fn a_job_submitted_during_maintenance_waits_for_the_project() {
     wait_status(&mut g, &id, 4);
     assert_eq!(std::fs::read_to_string(dir.join("out")).unwrap(), "LATER\n");
 }
+
+/// Sends every command at once (as a gridmanager does with a burst of
+/// jobs), then collects their results, in order of `commands`.
+fn blah_burst(g: &mut GahpClient, commands: Vec<BlahCommand>, timeout: Duration) -> Vec<Vec<String>> {
+    let mut ids = Vec::with_capacity(commands.len());
+    for command in commands {
+        let reqid = g.reqid();
+        g.submit_async(&Request::Blah { reqid: ReqId(reqid), command }).unwrap();
+        ids.push(reqid);
+    }
+    ids.into_iter().map(|id| g.wait_result(id, timeout).unwrap()).collect()
+}
+
+/// The BOINC batch and job of a BLAH id (`.../<batch>/<job>` or `.../<job>`).
+fn batch_and_job(id: &str) -> (String, String) {
+    let mut parts = id.rsplit('/');
+    let job = parts.next().unwrap().to_string();
+    let batch = parts.next().filter(|p| p.starts_with("blah#")).map_or_else(|| job.clone(), String::from);
+    (batch, job)
+}
+
+#[test]
+fn jobs_submitted_together_share_a_batch_and_a_cancel_aborts_only_its_job() {
+    let w = World::new("default_app = \"uppercase\"\nbatch_window_secs = 2\n");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let ad = |i: usize, args: &str| {
+        let iwd = dir.join(format!("job{i}"));
+        std::fs::create_dir_all(&iwd).unwrap();
+        std::fs::write(iwd.join("in"), format!("job {i}\n")).unwrap();
+        job_ad(&iwd, &format!("home_bl_share_{i}.0"), &[("Arguments", str_value(args)), ("TransferInput", str_value("in"))])
+    };
+    let submits: Vec<BlahCommand> =
+        (0..20).map(|i| BlahCommand::JobSubmit { ad: ad(i, if i == 7 { "--sleep-ms 60000" } else { "" }) }).collect();
+    let ids: Vec<String> = blah_burst(&mut g, submits, WAIT)
+        .into_iter()
+        .map(|r| {
+            assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+            r[2].clone()
+        })
+        .collect();
+    // One batch, named after its first job; every id names it and its job.
+    let (batch, first) = batch_and_job(&ids[0]);
+    assert_eq!(batch, first);
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(batch_and_job(id), (batch.clone(), format!("blah#home_bl_share_{i}.0#1")), "{id}");
+    }
+    // A resubmit of a member (its result lost): the same id.
+    assert_eq!(submit(&mut g, ad(3, "")), ids[3]);
+    eventually("the batch is created after its window", || !sim.batches_named(&batch).is_empty());
+    eventually("the batch holds the 20 jobs", || sim.jobs_of(sim.batches_named(&batch)[0]["id"].as_i64().unwrap()).len() == 20);
+
+    // condor_rm of one job aborts that job alone.
+    wait_status(&mut g, &ids[7], 2);
+    assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: ids[7].clone() }), ["0", "No error"]);
+    let cancelled = sim_job(sim, &ids[7]);
+    assert_ne!(cancelled["error_mask"].as_i64().unwrap() & 16, 0, "cancelled: {cancelled}");
+    for (i, id) in ids.iter().enumerate().filter(|(i, _)| *i != 7) {
+        let (_, done) = wait_status(&mut g, id, 4);
+        assert_eq!(done.get_int("ExitCode"), Some(0));
+        assert_eq!(std::fs::read_to_string(dir.join(format!("job{i}/out"))).unwrap(), format!("JOB {i}\n"));
+    }
+    // Every job delivered or removed: the batch is retired, once.
+    eventually("the shared batch is retired", || sim_batch_state(sim, &ids[0]) == 4);
+    assert_eq!(sim_calls(sim, "submit_rpc_handler.php:create_batch"), 1);
+    assert_eq!(sim_calls(sim, "submit_rpc_handler.php:submit_batch"), 1);
+    assert_eq!(sim_calls(sim, "submit_rpc_handler.php:retire_batch"), 1);
+    assert_eq!(sim_calls(sim, "submit_rpc_handler.php:get_templates"), 1, "templates once, for submit and delivery");
+    assert_eq!(sim.batches_named(&batch).len(), 1);
+}
+
+/// The RPC bill of `batch boinc` at scale: every RPC the project served,
+/// per job, from the submits to the retirement, for 2,000 jobs (about
+/// 10 s here; BLAH_SCALE_JOBS sets another count).
+#[test]
+fn many_jobs_cost_at_most_two_and_a_half_rpcs_each() {
+    let n: usize = std::env::var("BLAH_SCALE_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(2000);
+    let sim_dir = tempfile::tempdir().unwrap();
+    let sim_config = sim_dir.path().join("sim.toml");
+    std::fs::write(&sim_config, "tick_ms = 50\nmax_parallel_runs = 8\n[[hosts]]\nname = \"h\"\ncount = 64\nflops = 1e11\n").unwrap();
+    let sim = Sim::start_with(&["--config", sim_config.to_str().unwrap()]);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(&sim, dir.path(), "default_app = \"uppercase\"\nstatus_refresh_secs = 2\nbatch_window_secs = 1\n");
+    let mut g = start(dir.path(), Some(&config));
+    let iwd = |i: usize| dir.path().join(format!("j{i}"));
+    let submits = (0..n)
+        .map(|i| {
+            std::fs::create_dir_all(iwd(i)).unwrap();
+            std::fs::write(iwd(i).join("in"), format!("scale job {i}\n")).unwrap();
+            BlahCommand::JobSubmit { ad: job_ad(&iwd(i), &format!("home_bl_scale_{i}.0"), &[("TransferInput", str_value("in"))]) }
+        })
+        .collect();
+    let ids: Vec<String> = blah_burst(&mut g, submits, WAIT).into_iter().map(|r| r[2].clone()).collect();
+    let shared: std::collections::HashSet<String> = ids.iter().map(|id| batch_and_job(id).0).collect();
+
+    // Poll as the gridmanager does: every job's status, in bursts.
+    let until = Instant::now() + Duration::from_secs(600);
+    let mut pending: Vec<usize> = (0..n).collect();
+    while !pending.is_empty() {
+        assert!(Instant::now() < until, "{} jobs not completed", pending.len());
+        std::thread::sleep(Duration::from_secs(1));
+        let asks = pending.iter().map(|&i| BlahCommand::JobStatus { job_id: ids[i].clone() }).collect();
+        let answers = blah_burst(&mut g, asks, WAIT);
+        let mut still = Vec::new();
+        for (&i, r) in pending.iter().zip(answers) {
+            assert_eq!(r[0], "0", "{r:?}");
+            match r[2].parse::<i32>().unwrap() {
+                4 => assert_eq!(std::fs::read_to_string(iwd(i).join("out")).unwrap(), format!("SCALE JOB {i}\n")),
+                s @ (3 | 5) => panic!("job {i} ended with status {s}: {r:?}"),
+                _ => still.push(i),
+            }
+        }
+        pending = still;
+    }
+    eventually("every batch is retired", || {
+        let state = sim.state();
+        let batches = state["batches"].as_array().unwrap();
+        shared.iter().all(|name| batches.iter().any(|b| b["name"] == name.as_str() && b["state"] == 4))
+    });
+    let state = sim.state();
+    let counts = state["rpc_counts"].as_object().unwrap();
+    let total: u64 = counts.values().map(|v| v.as_u64().unwrap()).sum();
+    let per_job = total as f64 / n as f64;
+    println!("{n} jobs in {} batches: {total} RPCs, {per_job:.3} per job: {counts:?}", shared.len());
+    assert!(per_job <= 2.5, "{per_job:.3} RPCs per job: {counts:?}");
+}
+
+/// Exactly once per job in a shared batch: the create_batch reply is lost,
+/// the daemon is killed while submit_batch hangs, and the next daemon
+/// (asked for the same ids, and given a resubmit) finishes the batch: one
+/// batch, each job once, every output right.
+#[test]
+fn a_shared_batch_survives_a_lost_reply_and_a_daemon_killed_mid_submit() {
+    let w = World::new("default_app = \"uppercase\"\nbatch_window_secs = 1\n");
+    let (sim, dir) = (&w.sim, w.path());
+    sim.set_faults(serde_json::json!({"seed": 1, "script": [
+        {"endpoint": "submit_rpc_handler.php:create_batch", "nth": 1, "kind": "lose_reply"},
+        {"endpoint": "submit_rpc_handler.php:submit_batch", "nth": 1, "kind": "hang"},
+    ]}));
+    let mut g = w.start();
+    let ad = |i: usize| {
+        let iwd = dir.join(format!("k{i}"));
+        std::fs::create_dir_all(&iwd).unwrap();
+        std::fs::write(iwd.join("in"), format!("kill {i}\n")).unwrap();
+        job_ad(&iwd, &format!("home_bl_kill_{i}.0"), &[("TransferInput", str_value("in"))])
+    };
+    let ids: Vec<String> = blah_burst(&mut g, (0..5).map(|i| BlahCommand::JobSubmit { ad: ad(i) }).collect(), WAIT)
+        .into_iter()
+        .map(|r| r[2].clone())
+        .collect();
+    let (batch, _) = batch_and_job(&ids[0]);
+    assert!(ids.iter().all(|id| batch_and_job(id).0 == batch), "{ids:?}");
+    eventually("submit_batch is under way", || sim_calls(sim, "submit_rpc_handler.php:submit_batch") >= 1);
+    g.kill();
+
+    let mut g = w.start();
+    // A resubmit of a member after the restart: the same job.
+    assert_eq!(submit(&mut g, ad(2)), ids[2]);
+    for (i, id) in ids.iter().enumerate() {
+        let (_, done) = wait_status(&mut g, id, 4);
+        assert_eq!(done.get_int("ExitCode"), Some(0));
+        assert_eq!(std::fs::read_to_string(dir.join(format!("k{i}/out"))).unwrap(), format!("KILL {i}\n"));
+    }
+    let batches = sim.batches_named(&batch);
+    assert_eq!(batches.len(), 1, "one batch of its name: {batches:?}");
+    let jobs = sim.jobs_of(batches[0]["id"].as_i64().unwrap());
+    assert_eq!(jobs.len(), 5, "each job once: {jobs:?}");
+    assert_eq!(sim.state()["jobs"].as_array().unwrap().len(), 5);
+    // The batch made once (found by name after the lost reply), submitted
+    // by the second daemon after the first one's call hung.
+    assert_eq!(sim_calls(sim, "submit_rpc_handler.php:create_batch"), 1);
+    assert_eq!(sim_calls(sim, "submit_rpc_handler.php:submit_batch"), 2);
+}
+
+/// BLAH_PING of a project that refuses connections: an error in seconds.
+#[test]
+fn a_blah_ping_of_a_refused_port_is_answered_at_once() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("boinc.auth"), "k\n").unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, format!("[blah]\nproject_url = \"http://127.0.0.1:{port}/\"\nauthenticator_file = \"boinc.auth\"\n")).unwrap();
+    let mut g = gahp_with(dir.path(), &["--config", config.to_str().unwrap()], &[]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    let started = Instant::now();
+    let r = blah(&mut g, BlahCommand::Ping { batch_type: "boinc".into() });
+    assert_eq!(r[0], "1", "{r:?}");
+    assert!(r[1].contains("-184"), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "answered after {:?}", started.elapsed());
+}

@@ -217,3 +217,23 @@ fn a_huge_submit_line_is_accepted() {
     assert_eq!(r, ["NULL"]);
     eprintln!("100,000-job batch submitted in {:?}", t.elapsed());
 }
+
+/// A ping is how the gridmanager probes a resource: a project that refuses
+/// connections is reported down in seconds, not after the retries (and
+/// the 270 s deadline) of an ordinary command.
+#[test]
+fn a_ping_of_a_refused_port_is_answered_at_once() {
+    // A loopback port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = gahp(dir.path());
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    let select = Request::SelectProject { url: format!("http://127.0.0.1:{port}/"), authenticator: Authenticator::new("k") };
+    assert_eq!(g.command(&select).unwrap(), ["S"]);
+    let started = std::time::Instant::now();
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap();
+    let took = started.elapsed();
+    assert!(r[0].starts_with("ping_server returned -184"), "{r:?}");
+    assert!(r[0].contains("1 attempt"), "one attempt only: {r:?}");
+    assert!(took < std::time::Duration::from_secs(10), "answered after {took:?}");
+}

@@ -69,6 +69,10 @@ fn transient_http_failures_are_retried_everywhere() {
     ]));
     let dir = tempfile::tempdir().unwrap();
     let mut g = ready_gahp(&sim, dir.path());
+    // A ping makes one attempt (the gridmanager probes with it and must
+    // learn "down" at once): the reset is reported, the next ping passes.
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap();
+    assert!(r[0].starts_with("ping_server returned -184 transient HTTP failure"), "{r:?}");
     assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
     submit_ok(&sim, &mut g, dir.path(), "flaky", 2);
     wait_finished(&mut g, "flaky");
@@ -142,8 +146,11 @@ fn a_hung_server_is_cut_off_by_the_rpc_timeout() {
     let mut g = gahp_with(dir.path(), &["--rpc-timeout", "1"], &[]);
     g.command(&sim.select()).unwrap();
     let t = std::time::Instant::now();
-    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap();
+    assert!(r[0].starts_with("ping_server returned -184 transient HTTP failure (Timeout"), "{r:?}");
     assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // The hang was one-shot: the next ping passes.
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
 }
 
 #[test]

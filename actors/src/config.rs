@@ -28,6 +28,10 @@ pub struct DaemonConfig {
     pub rpc_timeout: Duration,
     #[serde(rename = "connect_timeout_secs", with = "secs")]
     pub connect_timeout: Duration,
+    /// BOINC_PING / BLAH_PING: one attempt within this; a probe must learn
+    /// "down" in seconds, not after the retries of a command.
+    #[serde(rename = "ping_timeout_secs", with = "secs")]
+    pub ping_timeout: Duration,
     /// A download fails when no byte arrives for this long.
     #[serde(rename = "download_stall_secs", with = "secs")]
     pub download_stall_timeout: Duration,
@@ -87,6 +91,13 @@ pub struct BlahConfig {
     pub lease: Duration,
     /// Failed output downloads before the job is held.
     pub output_fetch_attempts: u32,
+    /// Jobs submitted within this of a batch's first job, to the same
+    /// project and app, share its BOINC batch (a lone job waits this long;
+    /// 0: no waiting).
+    #[serde(rename = "batch_window_secs", with = "secs_or_zero")]
+    pub batch_window: Duration,
+    /// At most this many jobs per shared BOINC batch (1: a batch per job).
+    pub batch_max_jobs: usize,
     /// Where this came from, named in hold reasons that ask for a fix.
     #[serde(skip)]
     pub config_file: Option<PathBuf>,
@@ -103,6 +114,8 @@ impl Default for BlahConfig {
             submit_timeout: Duration::from_secs(3600),
             lease: Duration::from_secs(7 * 24 * 3600),
             output_fetch_attempts: 5,
+            batch_window: Duration::from_secs(2),
+            batch_max_jobs: 1000,
             config_file: None,
         }
     }
@@ -118,6 +131,7 @@ impl Default for DaemonConfig {
             command_timeout: Duration::from_secs(270),
             rpc_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(30),
+            ping_timeout: Duration::from_secs(10),
             download_stall_timeout: Duration::from_secs(60),
             retry_base: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
@@ -170,6 +184,9 @@ impl DaemonConfig {
         if self.retry_max < self.retry_base {
             return bad("retry_max_ms", "must not be less than retry_base_ms");
         }
+        if self.blah.batch_max_jobs == 0 {
+            return bad("blah.batch_max_jobs", "must be at least 1 (1: a BOINC batch per job)");
+        }
         if self.blah.output_fetch_attempts == 0 {
             return bad("blah.output_fetch_attempts", "must be at least 1");
         }
@@ -189,6 +206,21 @@ mod secs {
         let v = f64::deserialize(d)?;
         if !(v.is_finite() && v > 0.0 && v < 1e12) {
             return Err(D::Error::custom(format!("{v} is not a positive number of seconds")));
+        }
+        Ok(Duration::from_secs_f64(v))
+    }
+}
+
+/// `*_secs` keys where 0 means "none": a finite number of seconds, not
+/// negative.
+mod secs_or_zero {
+    use serde::{de::Error, Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let v = f64::deserialize(d)?;
+        if !(v.is_finite() && (0.0..1e12).contains(&v)) {
+            return Err(D::Error::custom(format!("{v} is not a number of seconds (0 or more)")));
         }
         Ok(Duration::from_secs_f64(v))
     }
@@ -243,6 +275,9 @@ mod tests {
             ("retry_base_ms = 900\nretry_max_ms = 100", "retry_max_ms"),
             ("no_such_key = 1", "no_such_key"),
             ("[blah]\nstatus_refresh_secs = 0", "status_refresh_secs"),
+            ("[blah]\nbatch_window_secs = -1", "batch_window_secs"),
+            ("[blah]\nbatch_max_jobs = 0", "blah.batch_max_jobs"),
+            ("ping_timeout_secs = 0", "ping_timeout_secs"),
             ("[blah]\nproject_url = \"ftp://x/\"", "blah.project_url"),
         ] {
             let err = DaemonConfig::from_toml(text).expect_err(text);

@@ -5,7 +5,24 @@
 use std::collections::{HashSet, VecDeque};
 
 use actix::prelude::*;
+use bytes::Bytes;
 use gahp_protocol::gahp::{CommandResult, ReqId};
+
+/// One result line, without prefix and newline: `head` then `tail`. A
+/// shared answer's tail is the one body every result of it points to.
+pub struct ResultLine {
+    pub head: Vec<u8>,
+    pub tail: Bytes,
+}
+
+impl ResultLine {
+    fn new(reqid: ReqId, result: CommandResult) -> Self {
+        match result {
+            CommandResult::Encoded(args) => ResultLine { head: reqid.to_string().into_bytes(), tail: args },
+            other => ResultLine { head: other.encode(reqid), tail: Bytes::new() },
+        }
+    }
+}
 
 #[derive(Default)]
 pub struct ResultQueue {
@@ -13,8 +30,8 @@ pub struct ResultQueue {
     in_flight: HashSet<ReqId>,
     /// Result queued, not yet handed out by a RESULTS.
     queued: HashSet<ReqId>,
-    /// Encoded result lines (no prefix, no newline), oldest first.
-    ready: VecDeque<(ReqId, Vec<u8>)>,
+    /// Encoded result lines, oldest first.
+    ready: VecDeque<ResultLine>,
     async_mode: bool,
     /// An `R` was written since the last RESULTS.
     notified: bool,
@@ -83,14 +100,14 @@ impl Handler<Complete> for ResultQueue {
             return;
         }
         self.queued.insert(msg.reqid);
-        self.ready.push_back((msg.reqid, msg.result.encode(msg.reqid)));
+        self.ready.push_back(ResultLine::new(msg.reqid, msg.result));
         self.maybe_notify();
     }
 }
 
 /// Takes every queued result line (the body of a RESULTS reply).
 #[derive(Message)]
-#[rtype(result = "Vec<Vec<u8>>")]
+#[rtype(result = "Vec<ResultLine>")]
 pub struct Drain;
 
 impl Handler<Drain> for ResultQueue {
@@ -98,8 +115,7 @@ impl Handler<Drain> for ResultQueue {
     fn handle(&mut self, _: Drain, _: &mut Context<Self>) -> Self::Result {
         self.notified = false;
         self.queued.clear();
-        let lines: Vec<Vec<u8>> = self.ready.drain(..).map(|(_, line)| line).collect();
-        MessageResult(lines)
+        MessageResult(self.ready.drain(..).collect())
     }
 }
 

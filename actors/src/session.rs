@@ -13,7 +13,7 @@ use tokio::io::AsyncRead;
 use tokio_util::codec::{Decoder, FramedRead};
 
 use crate::blah::jobs::{BlahDispatch, BlahJobs};
-use crate::blah::store::BlahStore;
+use crate::blah::store::{BlahStore, Gathering};
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::ProjectKey;
@@ -39,16 +39,21 @@ impl Actor for Session {
 }
 
 impl Session {
-    /// Writes whole lines, each with the prefix, in one write; a client that
-    /// went away ends the daemon like EOF does.
-    fn write_lines<'a>(&mut self, lines: impl IntoIterator<Item = &'a [u8]>) {
-        let mut buf = Vec::new();
-        for line in lines {
-            buf.extend_from_slice(&self.prefix);
-            buf.extend_from_slice(line);
-            buf.push(b'\n');
-        }
-        if let Err(e) = self.out.write_all(&buf).and_then(|_| self.out.flush()) {
+    /// Writes whole lines, each with the prefix (a line is its parts in
+    /// turn: shared bodies are written from where they are, not copied
+    /// into one buffer); nothing else writes in between, this actor being
+    /// the only writer. A client that went away ends the daemon like EOF.
+    fn write_lines<'a>(&mut self, lines: impl IntoIterator<Item = [&'a [u8]; 2]>) {
+        let write = || -> io::Result<()> {
+            for [head, tail] in lines {
+                self.out.write_all(&self.prefix)?;
+                self.out.write_all(head)?;
+                self.out.write_all(tail)?;
+                self.out.write_all(b"\n")?;
+            }
+            self.out.flush()
+        };
+        if let Err(e) = write() {
             tracing::info!("stdout closed ({e}); exiting");
             exit_now();
         }
@@ -56,7 +61,7 @@ impl Session {
 
     fn reply(&mut self, line: ReturnLine) {
         let bytes = line.encode();
-        self.write_lines([bytes.as_slice()]);
+        self.write_lines([[bytes.as_slice(), &[]]]);
     }
 
     fn handle_request(&mut self, req: Request, ctx: &mut Context<Self>) {
@@ -73,7 +78,8 @@ impl Session {
                 ctx.wait(self.queue.send(Drain).into_actor(self).map(|lines, act, _| {
                     let lines = lines.unwrap_or_default();
                     let header = ReturnLine::ResultsHeader(lines.len()).encode();
-                    act.write_lines(std::iter::once(header.as_slice()).chain(lines.iter().map(Vec::as_slice)));
+                    let lines = lines.iter().map(|l| [l.head.as_slice(), &l.tail[..]]);
+                    act.write_lines(std::iter::once([header.as_slice(), &[][..]]).chain(lines));
                 }));
             }
             Request::AsyncModeOn | Request::AsyncModeOff => {
@@ -193,7 +199,14 @@ pub fn start_daemon(
     let stager = FileStager::new(db.clone(), config.hash_threads).start();
     let queue = ResultQueue::default().start();
     let projects = Projects::new(config.clone(), queue.clone(), stager.clone()).start();
-    let blah = BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db)?).start();
+    let blah = BlahJobs::new(
+        config.clone(),
+        queue.clone(),
+        projects.clone(),
+        stager,
+        BlahStore::new(db, Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs))?,
+    )
+    .start();
     let session = Session::create(|ctx| {
         ctx.add_stream(FramedRead::new(input, GahpDecoder(LineFramer::new(MAX_LINE))));
         Session { out: output, prefix: Vec::new(), current: initial_project, queue: queue.clone(), projects: projects.clone(), blah }

@@ -11,10 +11,16 @@ see docs/sim.md) for deploy/htcondor-test/run. Standard library only.
   simstate.py URL cmdline  ID MARKER   the command lines of the matching jobs
   simstate.py URL count                number of BOINC jobs
 
-A job matches when a '/'-separated part of ID (the daemon's job id, the last
-word of GridJobId) is its name or its batch's name, or when MARKER is one
-of the words of its command line (the test puts a unique word into every
-HTCondor job's arguments; the built-in apps ignore unknown words).
+  simstate.py URL batches ID...       one line per BOINC batch of these ids:
+                                       batch-name state jobs-of-these-ids
+
+A job matches when the last '/'-separated part of ID (the daemon's job id,
+the last word of GridJobId: .../<batch>/<job>, or .../<job> when the batch
+bears the job's name) is its name or, for a lone job, its batch's name, or
+when MARKER is one of the words of its command line (the test puts a unique
+word into every HTCondor job's arguments; the built-in apps ignore unknown
+words). Jobs submitted together share a batch: its name alone does not
+name one job.
 """
 import json
 import sys
@@ -32,12 +38,16 @@ def load(url):
 
 def matches(state, ident, marker):
     batches = {b["id"]: b for b in state.get("batches", [])}
-    parts = set(p for p in (ident or "").split("/") if p)
+    last = (ident or "").rstrip("/").split("/")[-1]
+    sizes = {}
+    for j in state.get("jobs", []):
+        sizes[j.get("batch")] = sizes.get(j.get("batch"), 0) + 1
     out = []
     for j in state.get("jobs", []):
         b = batches.get(j.get("batch"), {})
         words = (j.get("command_line") or "").replace('"', " ").replace("'", " ").split()
-        if j.get("name") in parts or (b.get("name") and b.get("name") in parts) or (marker and marker in words):
+        lone = sizes.get(j.get("batch")) == 1
+        if (last and (j.get("name") == last or (lone and b.get("name") == last))) or (marker and marker in words):
             out.append((j, b))
     return out
 
@@ -60,6 +70,17 @@ def main(argv):
     state = load(url)
     if cmd == "count":
         print(len(state.get("jobs", [])))
+        return 0
+    if cmd == "batches":
+        by_id = {b["id"]: b for b in state.get("batches", [])}
+        names = set(i.rstrip("/").split("/")[-1] for i in argv[3:])
+        count = {}
+        for j in state.get("jobs", []):
+            if j.get("name") in names:
+                count[j.get("batch")] = count.get(j.get("batch"), 0) + 1
+        for bid, n in sorted(count.items()):
+            b = by_id.get(bid, {})
+            print(b.get("name"), b.get("state"), n)
         return 0
     found = matches(state, ident, marker)
     if cmd == "jobs":

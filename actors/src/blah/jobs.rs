@@ -125,6 +125,11 @@ impl BlahJobs {
         let Some(job_dir) = ad.get_str("JobDirectory").map(str::trim).filter(|d| !d.is_empty()).map(String::from) else {
             return ready(BlahResult::Submit { code: 1, error: MapError::Missing("JobDirectory").to_string(), job_id: None });
         };
+        // Jobs of one project, app and memory bound may share a batch (the
+        // memory bound is batch-wide in submit_batch).
+        let gather_key = map::choose_app(ad, &self.config.blah)
+            .ok()
+            .map(|(app, _)| format!("{app}\n{}", ad.get("RequestMemory").map(|v| v.to_string()).unwrap_or_default()));
         let (pkey, held) = match map::choose_project(ad, &self.config.blah) {
             Ok(choice) => {
                 let pkey = map::project_key(&choice.url, &choice.authenticator_file);
@@ -138,18 +143,22 @@ impl BlahJobs {
             }
             Err(e) => (UNCONFIGURED.to_string(), Some(e.hold_reason())),
         };
-        let (store, text, me) = (self.store.clone(), ad.to_string(), ctx.address());
+        let (store, text, me, gathering) = (self.store.clone(), ad.to_string(), ctx.address(), self.store.gathering.clone());
         Box::pin(async move {
             let claimed = store
                 .read(move |c| {
                     let hold = held.map(|reason| move |batch: &str| held_ad(batch, &reason).to_string());
-                    store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String))
+                    let key = gather_key.map(|k| format!("{pkey}\n{k}"));
+                    let gather = key.as_deref().map(|k| (&gathering, k));
+                    store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String), gather)
                 })
                 .await;
             match claimed {
-                Ok((project, batch)) => {
-                    me.do_send(Claimed { project: project.clone(), batch: batch.clone() });
-                    BlahResult::submitted(JobId { project, batch }.to_string())
+                Ok((project, batch, job)) => {
+                    let id = JobId { project, batch, job };
+                    let text = id.to_string();
+                    me.do_send(Claimed(id));
+                    BlahResult::submitted(text)
                 }
                 Err(e) => BlahResult::Submit { code: 1, error: format!("boinc-gahp can't record the job: {e}"), job_id: None },
             }
@@ -163,11 +172,11 @@ impl BlahJobs {
         };
         if id.project == UNCONFIGURED {
             let reason = MapError::NoProject { config: config_name(&self.config) }.hold_reason();
-            return self.recorded_status(id.batch, reason);
+            return self.recorded_status(id.job, reason);
         }
         match self.project(&id.project) {
-            Ok(p) => forward(p.send(Status { batch: id.batch }), "BLAH_JOB_STATUS"),
-            Err(reason) => self.recorded_status(id.batch, reason),
+            Ok(p) => forward(p.send(Status { id }), "BLAH_JOB_STATUS"),
+            Err(reason) => self.recorded_status(id.job, reason),
         }
     }
 
@@ -193,19 +202,19 @@ impl BlahJobs {
             tracing::info!("BLAH_JOB_CANCEL of an id that is not ours: {job_id}");
             return ready(BlahResult::ok());
         };
-        let b = id.batch.clone();
-        self.store.write("mark a job cancelled", move |c| store::mark_cancelled(c, &b));
+        let j = id.job.clone();
+        self.store.write("mark a job cancelled", move |c| store::mark_cancelled(c, &j));
         if id.project == UNCONFIGURED {
             return ready(BlahResult::ok());
         }
         match self.project(&id.project) {
             Ok(p) => {
                 let (reply, answer) = oneshot::channel();
-                p.do_send(Cancel { batch: id.batch, reply });
+                p.do_send(Cancel { id, reply });
                 // A dropped reply (the actor died) is an error of the right shape.
                 forward(async move { answer.await.map_err(|_| MailboxError::Closed) }, "BLAH_JOB_CANCEL")
             }
-            Err(reason) => ready(BlahResult::Simple { code: 1, error: format!("can't abort BOINC job {}: {reason}", id.batch) }),
+            Err(reason) => ready(BlahResult::Simple { code: 1, error: format!("can't abort BOINC job {}: {reason}", id.job) }),
         }
     }
 }
@@ -279,9 +288,7 @@ impl Handler<BlahDispatch> for BlahJobs {
         let limit = self.config.command_timeout + Duration::from_secs(15);
         // Who retires the batch once its final status is queued.
         let retire = match &command {
-            BlahCommand::JobStatus { job_id } => {
-                JobId::parse(job_id).and_then(|id| Some((self.running.get(&id.project)?.clone(), id.batch)))
-            }
+            BlahCommand::JobStatus { job_id } => JobId::parse(job_id).and_then(|id| Some((self.running.get(&id.project)?.clone(), id))),
             _ => None,
         };
         let work = self.work(&command, ctx);
@@ -294,8 +301,8 @@ impl Handler<BlahDispatch> for BlahJobs {
                 .unwrap_or_else(|_| command.failure(format!("{} timed out after {} s", command.code(), limit.as_secs())));
             let ended = matches!(result, BlahResult::Status { code: 0, status: job_status::REMOVED | job_status::COMPLETED, .. });
             queue.do_send(Complete { reqid, result: CommandResult::Blah(result) });
-            if let Some((project, batch)) = retire.filter(|_| ended) {
-                project.do_send(Delivered { batch });
+            if let Some((project, id)) = retire.filter(|_| ended) {
+                project.do_send(Delivered { id });
             }
         });
     }
@@ -304,17 +311,14 @@ impl Handler<BlahDispatch> for BlahJobs {
 /// A submit's attempt is recorded: its project actor takes it on.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Claimed {
-    project: String,
-    batch: String,
-}
+struct Claimed(JobId);
 
 impl Handler<Claimed> for BlahJobs {
     type Result = ();
-    fn handle(&mut self, msg: Claimed, _: &mut Context<Self>) {
-        if msg.project != UNCONFIGURED {
-            if let Ok(p) = self.project(&msg.project) {
-                p.do_send(Track { batch: msg.batch });
+    fn handle(&mut self, Claimed(id): Claimed, _: &mut Context<Self>) {
+        if id.project != UNCONFIGURED {
+            if let Ok(p) = self.project(&id.project) {
+                p.do_send(Track { id });
             }
         }
     }

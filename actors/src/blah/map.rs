@@ -21,27 +21,38 @@ pub const UNCONFIGURED: &str = "none";
 
 const BATCH_PREFIX: &str = "blah#";
 
-/// A job id: `boinc/<project key>/<batch>`; the batch and its one job share
-/// the name `blah#<JobDirectory>#<attempt>`. It holds all that status and
-/// cancel need, so it stays valid when the state database is lost.
+/// A job id: `boinc/<project key>/<batch>/<job>`, or `boinc/<project
+/// key>/<job>` when the job's batch bears its name (a batch is named
+/// after its first job; a lone job's id is as short as before shared
+/// batches). Job names are `blah#<JobDirectory>#<attempt>`. It holds all
+/// that status and cancel need, so it stays valid when the state database
+/// is lost.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct JobId {
     pub project: String,
+    /// The BOINC batch.
     pub batch: String,
+    /// The BOINC job.
+    pub job: String,
 }
 
 impl JobId {
     pub fn parse(id: &str) -> Option<JobId> {
-        let (project, batch) = id.strip_prefix("boinc/")?.split_once('/')?;
+        let (project, rest) = id.strip_prefix("boinc/")?.split_once('/')?;
+        let (batch, job) = rest.split_once('/').unwrap_or((rest, rest));
         let key_ok = project == UNCONFIGURED || (project.len() == 12 && project.bytes().all(|b| b.is_ascii_hexdigit()));
-        let batch_ok = batch.starts_with(BATCH_PREFIX) && batch.bytes().all(|b| b.is_ascii_alphanumeric() || b"#._-".contains(&b));
-        (key_ok && batch_ok).then(|| JobId { project: project.into(), batch: batch.into() })
+        let name_ok = |n: &str| n.starts_with(BATCH_PREFIX) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"#._-".contains(&b));
+        (key_ok && name_ok(batch) && name_ok(job)).then(|| JobId { project: project.into(), batch: batch.into(), job: job.into() })
     }
 }
 
 impl fmt::Display for JobId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "boinc/{}/{}", self.project, self.batch)
+        if self.batch == self.job {
+            write!(f, "boinc/{}/{}", self.project, self.job)
+        } else {
+            write!(f, "boinc/{}/{}/{}", self.project, self.batch, self.job)
+        }
     }
 }
 
@@ -386,14 +397,29 @@ mod tests {
 
     #[test]
     fn ids_round_trip_and_reject_others() {
-        let id =
-            JobId { project: project_key("http://p/", Path::new("/a")), batch: batch_name("home_bl_127.0.0.1_9618_vm_2.0_1795253890", 3) };
+        let id = JobId {
+            project: project_key("http://p/", Path::new("/a")),
+            batch: batch_name("home_bl_127.0.0.1_9618_vm_2.0_1795253890", 3),
+            job: String::new(),
+        };
+        let id = JobId { job: id.batch.clone(), ..id };
         assert_eq!(id.batch, "blah#home_bl_127.0.0.1_9618_vm_2.0_1795253890#3");
-        assert_eq!(JobId::parse(&id.to_string()), Some(id));
+        assert_eq!(JobId::parse(&id.to_string()), Some(id.clone()));
+        assert_eq!(id.to_string().matches('/').count(), 2, "a lone job's id names its batch once");
+        // A job in a batch named after another job.
+        let shared = JobId { job: batch_name("other", 1), ..id.clone() };
+        assert_eq!(JobId::parse(&shared.to_string()), Some(shared.clone()));
+        assert!(shared.to_string().ends_with("/blah#home_bl_127.0.0.1_9618_vm_2.0_1795253890#3/blah#other#1"));
         assert!(JobId::parse("boinc/none/blah#x#1").is_some());
-        for bad in
-            ["", "boinc/", "boinc/abc/blah#x#1", "lsf/0123456789ab/blah#x#1", "boinc/0123456789ab/other", "boinc/0123456789ab/blah#x/1"]
-        {
+        for bad in [
+            "",
+            "boinc/",
+            "boinc/abc/blah#x#1",
+            "lsf/0123456789ab/blah#x#1",
+            "boinc/0123456789ab/other",
+            "boinc/0123456789ab/blah#x/1",
+            "boinc/0123456789ab/blah#x#1/blah#y#1/blah#z#1",
+        ] {
             assert_eq!(JobId::parse(bad), None, "{bad}");
         }
         assert!(batch_name("a b/c", 1).starts_with("blah#md5-"));

@@ -8,14 +8,14 @@ use std::path::Path;
 use std::time::Instant;
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::boinc::{reply, request, Script, Templates};
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
 
 use crate::atomic_file;
 use crate::blah::map::{self, OutputPlan, STDOUT_OUTPUT};
 use crate::config::BlahConfig;
-use crate::project::output_fetcher::{append, completed_job, extract_zip, fetch_file, output_templates};
+use crate::project::output_fetcher::{append, check_output_names, completed_job, extract_zip, fetch_file};
 use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::ProjectKey;
 
@@ -36,17 +36,19 @@ pub fn held_ad(batch: &str, reason: &str) -> ClassAd {
 
 /// Places a completed (DONE) job's files: each planned output, `Out` (the
 /// app's `stdout` output, else an empty file) and `Err` (the BOINC stderr
-/// text); returns its status-4 ad.
+/// text); returns its status-4 ad. `templates` are its app's (the
+/// project actor's cache: no get_templates per job).
 pub async fn deliver_done(
     rpc: &Addr<RpcClient>,
     key: &ProjectKey,
     cfg: &BlahConfig,
     batch: &str,
     ad: &ClassAd,
+    templates: &Templates,
     deadline: Instant,
 ) -> Result<ClassAd, String> {
     let auth = &key.authenticator;
-    let templates = output_templates(rpc, auth, batch, deadline).await?;
+    check_output_names(templates)?;
     let app = map::choose_app(ad, cfg).map(|a| a.0).unwrap_or_default();
     let plan = map::output_plan(ad, &app, &templates.outputs).map_err(|e| e.to_string())?;
     let job = completed_job(rpc, auth, batch, deadline).await?;
@@ -107,17 +109,19 @@ pub async fn deliver_done(
 pub async fn resolve_error(
     rpc: &Addr<RpcClient>,
     key: &ProjectKey,
+    boinc_batch: &str,
     batch: &str,
     ad: Option<&ClassAd>,
     deadline: Instant,
 ) -> Result<(i32, ClassAd), String> {
     let auth = &key.authenticator;
-    let xml = request::query_batch_details(auth, batch);
+    let xml = request::query_batch_details(auth, boinc_batch);
     let jobs = rpc
         .idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch_details, deadline)
         .await
-        .map_err(|e| format!("can't query BOINC batch {batch}: {e}"))?;
-    let details = jobs.into_iter().find(|j| j.name == batch).ok_or_else(|| format!("BOINC batch {batch} has no job of its name"))?;
+        .map_err(|e| format!("can't query BOINC batch {boinc_batch}: {e}"))?;
+    let details =
+        jobs.into_iter().find(|j| j.name == batch).ok_or_else(|| format!("BOINC batch {boinc_batch} has no job named {batch}"))?;
     if details.errors.iter().any(|e| e == "cancelled") {
         let mut removed = status_ad(batch, job_status::REMOVED);
         removed.insert("RemoveReason", Value::Str("the BOINC job was aborted on the project".into()));

@@ -1,46 +1,82 @@
-//! BlahProject: the BLAH jobs of one BOINC project. It submits each job
-//! (one batch, one job) through the project's SubmitPipeline in the
-//! background, answers BLAH_JOB_STATUS from a cache that one query_batch2
-//! over all watched batches refreshes per period (a storm of status
-//! queries costs nothing more; an outage leaves the last known states in
-//! place), places a finished job's files before its status turns final,
-//! aborts what the gridmanager cancels, renews batch leases, and retires
-//! batches whose final status went out.
+//! BlahProject: the BLAH jobs of one BOINC project. Jobs submitted close
+//! together (same app) share a BOINC batch: the batch gathers jobs for
+//! `batch_window`, then goes through the project's SubmitPipeline in the
+//! background, whole. It answers BLAH_JOB_STATUS from a cache that one
+//! query_batch2 over all watched batches refreshes per period (a storm of
+//! status queries costs nothing more; an outage leaves the last known
+//! states in place), places a finished job's files before its status turns
+//! final, aborts the one job the gridmanager cancels, renews batch leases,
+//! and retires a batch once every job in it has been delivered or removed.
+//! An app's templates are fetched once per cache period, however many
+//! submissions and deliveries want them at once.
 //!
 //! Memory is a cache of the state database: a job it does not hold is
 //! loaded from there (a restarted daemon picks its jobs up by id), and a
 //! job it never recorded is still watched by its id alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
 use gahp_protocol::boinc::{reply, request, Script, Templates};
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
-use gahp_protocol::gahp::{AsyncCommand, BlahResult, CommandResult};
+use gahp_protocol::gahp::{AsyncCommand, BlahResult, CommandResult, SubmitBatch};
 use gahp_protocol::Authenticator;
 use tokio::sync::oneshot;
 
-use crate::blah::map;
+use crate::blah::map::{self, JobId, MapError};
 use crate::blah::outputs::{deliver_done, held_ad, resolve_error, status_ad};
 use crate::blah::store::{self, BlahStore, JobRecord, Phase};
 use crate::clock::unix_now;
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::rpc::{Rpc, RpcClient, RpcError};
-use crate::project::submit_pipeline::{RunPipeline, SubmitPipeline};
+use crate::project::submit_pipeline::{RunPipeline, SubmitError, SubmitPipeline, PROJECT_DOWN};
 use crate::project::tree::{ClientOf, Run};
 use crate::project::ProjectKey;
 use crate::projects::{Projects, TreeOf};
 
-/// How long an app's templates are reused between submissions.
+/// How long an app's templates are reused.
 const TEMPLATES_TTL: Duration = Duration::from_secs(60);
 
-/// BOINC's "project down for maintenance": an error reply that passes.
-const PROJECT_DOWN: i64 = -183;
+/// One get_templates of an app, shared by everyone who waits for it.
+type TemplatesCall = Shared<LocalBoxFuture<'static, Result<Templates, RpcError>>>;
+
+/// Why a job could not be submitted; its text becomes the hold reason.
+#[derive(Debug, thiserror::Error)]
+enum SubmitFailure {
+    #[error("{}", .0.hold_reason())]
+    Map(MapError),
+    #[error("{0}")]
+    Templates(String, RpcError),
+    #[error("the BOINC submission failed: {0}; condor_release the job to try again")]
+    Pipeline(SubmitError),
+    #[error("{0}")]
+    Lost(&'static str),
+}
+
+impl SubmitFailure {
+    /// The project was down for maintenance: the submission waits.
+    fn project_down(&self) -> bool {
+        match self {
+            SubmitFailure::Templates(_, e) => matches!(e, RpcError::Boinc { num: PROJECT_DOWN, .. }),
+            SubmitFailure::Pipeline(e) => e.project_down(),
+            _ => false,
+        }
+    }
+}
+
+/// How the submission of one shared batch ended.
+struct BatchOutcome {
+    /// Members that could not join (their own fault).
+    refused: Vec<(String, SubmitFailure)>,
+    /// The members submitted, or why none were.
+    result: Result<Vec<String>, (Vec<String>, SubmitFailure)>,
+}
 
 pub struct BlahProject {
     /// The project key of this project's job ids.
@@ -55,8 +91,13 @@ pub struct BlahProject {
     store: BlahStore,
     /// Set before any message is handled (see `started`).
     rpc: Option<Addr<RpcClient>>,
+    /// By BOINC job name.
     jobs: HashMap<String, Job>,
-    templates: HashMap<String, (Instant, Templates)>,
+    templates: HashMap<String, (Instant, TemplatesCall)>,
+    /// Batches gathering jobs or being submitted.
+    submitting: HashSet<String>,
+    /// Batches retired (or being retired) by this daemon.
+    retired_batches: HashSet<String>,
     refreshing: bool,
     refresh_again: bool,
     upkeep_running: bool,
@@ -65,6 +106,8 @@ pub struct BlahProject {
 }
 
 struct Job {
+    /// Its BOINC batch.
+    batch: String,
     /// The submit ad; `None` for a job known only by its id.
     ad: Option<ClassAd>,
     phase: Phase,
@@ -91,6 +134,7 @@ impl Job {
         };
         let lease_until = rec.lease_until;
         Job {
+            batch: rec.boinc_batch,
             ad,
             phase: rec.phase,
             boinc: rec.boinc_status,
@@ -104,8 +148,9 @@ impl Job {
     }
 
     /// A job the state database does not know (it was lost): watched by id.
-    fn unknown() -> Job {
+    fn unknown(batch: String) -> Job {
         Job {
+            batch,
             ad: None,
             phase: Phase::Active,
             boinc: None,
@@ -147,6 +192,8 @@ impl BlahProject {
             rpc: None,
             jobs: HashMap::new(),
             templates: HashMap::new(),
+            submitting: HashSet::new(),
+            retired_batches: HashSet::new(),
             refreshing: false,
             refresh_again: false,
             upkeep_running: false,
@@ -176,41 +223,52 @@ impl BlahProject {
     }
 
     /// Brings a job into memory from the state database if needed.
-    fn load(&mut self, batch: String) -> ResponseActFuture<Self, ()> {
-        if self.jobs.contains_key(&batch) {
+    fn load(&mut self, id: JobId) -> ResponseActFuture<Self, ()> {
+        if self.jobs.contains_key(&id.job) {
             return Box::pin(fut::ready(()));
         }
-        let (store, b) = (self.store.clone(), batch.clone());
-        Box::pin(async move { store.read(move |c| store::load(c, &b)).await }.into_actor(self).map(move |rec, act, ctx| {
-            if act.jobs.contains_key(&batch) {
+        let (store, j) = (self.store.clone(), id.job.clone());
+        Box::pin(async move { store.read(move |c| store::load(c, &j)).await }.into_actor(self).map(move |rec, act, ctx| {
+            let JobId { batch, job: name, .. } = id;
+            if act.jobs.contains_key(&name) {
                 return;
             }
             let job = match rec {
                 Ok(Some(rec)) => {
                     if rec.abort_pending {
-                        act.aborts.insert(batch.clone());
+                        act.aborts.insert(name.clone());
                     }
                     Job::from_record(rec)
                 }
-                Ok(None) => Job::unknown(),
+                Ok(None) => Job::unknown(batch),
                 Err(e) => {
-                    tracing::warn!(batch = %batch, "can't read the job's record ({e}); watching it by id");
-                    Job::unknown()
+                    tracing::warn!(job = %name, "can't read the job's record ({e}); watching it by id");
+                    Job::unknown(batch)
                 }
             };
-            act.jobs.insert(batch.clone(), job);
-            act.advance(&batch, ctx);
+            act.jobs.insert(name.clone(), job);
+            act.advance(&name, ctx);
         }))
     }
 
-    /// Starts what a job waits for: its submission after a restart.
-    fn advance(&mut self, batch: &str, ctx: &mut Context<Self>) {
-        if matches!(self.jobs.get(batch), Some(j) if j.phase == Phase::Submitting && !j.busy) {
-            self.submit(batch.to_string(), ctx);
+    /// Starts what a job waits for: its batch's submission (also after a
+    /// restart).
+    fn advance(&mut self, job: &str, ctx: &mut Context<Self>) {
+        if let Some(j) = self.jobs.get(job).filter(|j| j.phase == Phase::Submitting && !j.busy) {
+            let batch = j.batch.clone();
+            self.gather(batch, ctx);
+        }
+    }
+
+    /// Lets a batch gather jobs for the window, then submits it.
+    fn gather(&mut self, batch: String, ctx: &mut Context<Self>) {
+        if self.submitting.insert(batch.clone()) {
+            ctx.run_later(self.config.blah.batch_window, move |act, ctx| act.close(batch, ctx));
         }
     }
 
     fn status(&mut self, batch: &str, ctx: &mut Context<Self>) -> BlahResult {
+        // `batch` is the job's name, which its status ad calls BatchjobId.
         let Some(job) = self.jobs.get(batch) else {
             return BlahResult::Status { code: 1, error: "internal error: job not loaded".into(), status: 0, ad: None };
         };
@@ -235,7 +293,8 @@ impl BlahProject {
             return;
         }
         let Some(rpc) = self.rpc.clone() else { return };
-        let names: Vec<String> = self.jobs.iter().filter(|(_, j)| j.watched()).map(|(n, _)| n.clone()).collect();
+        let names: Vec<String> =
+            self.jobs.values().filter(|j| j.watched()).map(|j| j.batch.clone()).collect::<BTreeSet<_>>().into_iter().collect();
         if names.is_empty() {
             return;
         }
@@ -245,7 +304,7 @@ impl BlahProject {
         self.run(ctx, async move { query_states(&rpc, &auth, names, deadline).await }, |act, r, ctx| {
             act.refreshing = false;
             match r {
-                Ok((states, gone)) => act.refreshed(states, gone, ctx),
+                Ok(states) => act.refreshed(states, ctx),
                 Err(e) => tracing::info!(project = %act.key.url, "status refresh failed, reporting the last known states: {}", act.auth().redact_in(&e.to_string())),
             }
             if std::mem::take(&mut act.refresh_again) {
@@ -254,33 +313,40 @@ impl BlahProject {
         });
     }
 
-    fn refreshed(&mut self, states: HashMap<String, String>, gone: Vec<(String, String)>, ctx: &mut Context<Self>) {
-        for (batch, status) in states {
-            let Some(job) = self.jobs.get_mut(&batch) else { continue };
-            if job.boinc.as_deref() != Some(status.as_str()) {
-                let (b, s) = (batch.clone(), status.clone());
-                self.store.write("store a BOINC status", move |c| store::set_boinc_status(c, &b, &s));
-                job.boinc = Some(status);
+    fn refreshed(&mut self, states: BatchStates, ctx: &mut Context<Self>) {
+        let BatchStates { states, answered, gone } = states;
+        let gone: HashMap<String, String> = gone.into_iter().collect();
+        let mut lost = Vec::new();
+        for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched()) {
+            match states.get(name) {
+                Some(status) if job.boinc.as_deref() != Some(status.as_str()) => {
+                    let (j, s) = (name.clone(), status.clone());
+                    self.store.write("store a BOINC status", move |c| store::set_boinc_status(c, &j, &s));
+                    job.boinc = Some(status.clone());
+                }
+                Some(_) => {}
+                None => match gone.get(&job.batch) {
+                    Some(why) => lost.push((name.clone(), format!("its batch {} is not there: {why}", job.batch))),
+                    None if answered.contains(&job.batch) => lost.push((name.clone(), format!("its batch {} has no such job", job.batch))),
+                    // Not asked about (it was submitted while the query was out).
+                    None => {}
+                },
             }
         }
-        for (batch, why) in gone {
-            // It may have ended while the query was out.
-            if !self.jobs.get(&batch).is_some_and(Job::watched) {
-                continue;
-            }
+        for (name, why) in lost {
             let reason = format!(
-                "BOINC job {batch} is not on {} ({why}): it was never created (the daemon stopped while submitting it?) \
+                "BOINC job {name} is not on {} ({why}): it was never created (the daemon stopped while submitting it?) \
                  or was removed there; condor_release the job to submit it again",
                 self.key.url
             );
-            self.finish(&batch, job_status::HELD, held_ad(&batch, &reason));
+            self.finish(&name, job_status::HELD, held_ad(&name, &reason));
         }
         let todo: Vec<(String, String)> =
             self.jobs.iter().filter(|(_, j)| j.watched() && !j.busy).filter_map(|(b, j)| j.boinc.clone().map(|s| (b.clone(), s))).collect();
-        for (batch, status) in todo {
+        for (job, status) in todo {
             match status.as_str() {
-                "DONE" => self.deliver(batch, ctx),
-                "ERROR" => self.resolve(batch, ctx),
+                "DONE" => self.deliver(job, ctx),
+                "ERROR" => self.resolve(job, ctx),
                 _ => {}
             }
         }
@@ -301,95 +367,186 @@ impl BlahProject {
         job.final_status = Some((status, ad));
     }
 
-    /// Submits a job in the background: app templates, the mapping, then
-    /// the SubmitPipeline of BOINC_SUBMIT with a long deadline (it retries
-    /// transient failures). What fails after that holds the job.
-    fn submit(&mut self, batch: String, ctx: &mut Context<Self>) {
-        let Some(rpc) = self.rpc.clone() else { return };
-        let Some(job) = self.jobs.get_mut(&batch) else { return };
-        let Some(ad) = job.ad.clone() else {
-            self.finish(&batch, job_status::HELD, held_ad(&batch, "the submit ad of this job was lost; condor_release the job"));
+    /// The app's templates: one get_templates per cache period, shared by
+    /// every submission and delivery that wants them meanwhile.
+    fn templates(&mut self, app: &str) -> Option<TemplatesCall> {
+        let rpc = self.rpc.clone()?;
+        if let Some((at, call)) = self.templates.get(app) {
+            if at.elapsed() < TEMPLATES_TTL && !matches!(call.peek(), Some(Err(_))) {
+                return Some(call.clone());
+            }
+        }
+        let xml = request::get_templates_for_app(self.auth(), app);
+        let deadline = Instant::now() + self.config.command_timeout;
+        let templates =
+            async move { rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_templates, deadline).await }.boxed_local().shared();
+        self.templates.insert(app.to_string(), (Instant::now(), templates.clone()));
+        Some(templates)
+    }
+
+    /// Closes a gathering batch and submits its members in the background:
+    /// the mapping of each, then one SubmitPipeline (as BOINC_SUBMIT's, with
+    /// a long deadline: it retries transient failures, and after a lost
+    /// reply or a restart finds what it began by the batch's name).
+    fn close(&mut self, batch: String, ctx: &mut Context<Self>) {
+        let (store, gathering, b) = (self.store.clone(), self.store.gathering.clone(), batch.clone());
+        let members = async move { store.read(move |c| store::close_batch(c, &gathering, &b)).await };
+        self.run(ctx, members, move |act, members, ctx| match members {
+            Ok(members) => act.submit(batch, members, ctx),
+            Err(e) => {
+                tracing::warn!(batch = %batch, "can't read the batch's jobs ({e}); trying again later");
+                ctx.run_later(act.config.blah.status_refresh.max(Duration::from_secs(1)), move |act, ctx| act.close(batch, ctx));
+            }
+        });
+    }
+
+    fn submit(&mut self, batch: String, records: Vec<JobRecord>, ctx: &mut Context<Self>) {
+        let mut members = Vec::new();
+        for rec in records {
+            let name = rec.batch.clone();
+            let job = self.jobs.entry(name.clone()).or_insert_with(|| Job::from_record(rec));
+            // Cancelled since the database said otherwise.
+            if job.phase == Phase::Submitting {
+                job.busy = true;
+                job.submitting_since.get_or_insert_with(Instant::now);
+                members.push((name, job.ad.clone()));
+            }
+        }
+        let Some(rpc) = self.rpc.clone().filter(|_| !members.is_empty()) else {
+            self.submitting.remove(&batch);
             return;
         };
-        job.busy = true;
-        job.submitting_since.get_or_insert_with(Instant::now);
         let cfg = self.config.blah.clone();
-        let (app, source) = match map::choose_app(&ad, &cfg) {
-            Ok(a) => a,
-            Err(e) => return self.submitted(&batch, Err((e.hold_reason(), false)), ctx),
-        };
-        let cached = self.templates.get(&app).filter(|(at, _)| at.elapsed() < TEMPLATES_TTL).map(|(_, t)| t.clone());
+        // Every member has the app of the batch's gathering key.
+        let app = members.iter().find_map(|(_, ad)| map::choose_app(ad.as_ref()?, &cfg).ok());
+        let templates = app.as_ref().and_then(|(app, _)| self.templates(app));
         let deadline = Instant::now() + cfg.submit_timeout;
         let (key, config, stager) = (self.key.clone(), self.pipeline_config.clone(), self.stager.clone());
         let file = self.authenticator_file.display().to_string();
         let b = batch.clone();
-        // Err: the hold reason, and whether the project was down for
-        // maintenance (then the submission is tried again later).
         let work = async move {
-            let templates = match cached {
-                Some(t) => t,
-                None => {
-                    let xml = request::get_templates_for_app(&key.authenticator, &app);
-                    rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_templates, deadline).await.map_err(|e| {
-                        let down = matches!(e, RpcError::Boinc { num: PROJECT_DOWN, .. });
-                        (templates_error(&e, &key.url, &file, &app, source), down)
-                    })?
+            let mut refused = Vec::new();
+            let (Some((app, source)), Some(templates)) = (app, templates) else {
+                // No member has a usable ad (the app is chosen from it).
+                for (name, ad) in members {
+                    let why = match ad.map(|ad| map::choose_app(&ad, &cfg)) {
+                        Some(Err(e)) => SubmitFailure::Map(e),
+                        _ => SubmitFailure::Lost("the submit ad of this job was lost; condor_release the job"),
+                    };
+                    refused.push((name, why));
+                }
+                return BatchOutcome { refused, result: Ok(vec![]) };
+            };
+            let all: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
+            let templates = match templates.await {
+                Ok(t) => t,
+                Err(e) => {
+                    let reason = templates_error(&e, &key.url, &file, &app, source);
+                    return BatchOutcome { refused, result: Err((all, SubmitFailure::Templates(reason, e))) };
                 }
             };
-            let spec = map::submit_batch(&ad, &b, &app, &templates).map_err(|e| (e.hold_reason(), false))?;
-            map::output_plan(&ad, &app, &templates.outputs).map_err(|e| (e.hold_reason(), false))?;
-            let pipeline = SubmitPipeline::new(key, config, rpc, stager, spec, deadline).start();
-            match pipeline.send(RunPipeline).await {
-                Ok(CommandResult::Ok) => Ok((app, templates)),
-                Ok(CommandResult::Error(m)) => {
-                    // The pipeline's messages end with the RPC error: "<step>: <num> <msg>".
-                    let down = m.contains(&format!(": {PROJECT_DOWN} "));
-                    Err((format!("the BOINC submission failed: {m}; condor_release the job to try again"), down))
+            let mut spec = SubmitBatch { batch_name: b.clone(), app_name: app.clone(), jobs: Vec::new(), params: Default::default() };
+            let mut included = Vec::new();
+            for (name, ad) in members {
+                let Some(ad) = ad else {
+                    refused.push((name, SubmitFailure::Lost("the submit ad of this job was lost; condor_release the job")));
+                    continue;
+                };
+                let mapped = map::choose_app(&ad, &cfg).and_then(|(a, _)| {
+                    let one = map::submit_batch(&ad, &name, &a, &templates)?;
+                    map::output_plan(&ad, &a, &templates.outputs)?;
+                    Ok((a, one))
+                });
+                match mapped {
+                    Ok((a, _)) if a != app => {
+                        refused.push((name, SubmitFailure::Lost("its app changed while it waited for its batch; condor_release the job")))
+                    }
+                    Ok((_, one)) => {
+                        // The batch takes the first member's batch-wide parameters
+                        // (its gathering key makes them the same for all).
+                        if spec.jobs.is_empty() {
+                            spec.params = one.params;
+                        }
+                        spec.jobs.extend(one.jobs);
+                        included.push(name);
+                    }
+                    Err(e) => refused.push((name, SubmitFailure::Map(e))),
                 }
-                _ => Err(("the BOINC submission failed: internal error; condor_release the job to try again".to_string(), false)),
             }
+            if included.is_empty() {
+                return BatchOutcome { refused, result: Ok(vec![]) };
+            }
+            let pipeline = SubmitPipeline::new(key, config, rpc, stager, spec, deadline).with_templates(templates).start();
+            let result = match pipeline.send(RunPipeline).await {
+                Ok(Ok(())) => Ok(included),
+                Ok(Err(e)) => Err((included, SubmitFailure::Pipeline(e))),
+                Err(_) => Err((included, SubmitFailure::Pipeline(SubmitError::Internal("the submit pipeline stopped")))),
+            };
+            BatchOutcome { refused, result }
         };
-        self.run(ctx, work, move |act, r, ctx| {
-            let r = r.map(|(app, templates)| {
-                act.templates.insert(app, (Instant::now(), templates));
-            });
-            act.submitted(&batch, r, ctx);
-        });
+        self.run(ctx, work, move |act, outcome, ctx| act.submitted(batch, outcome, ctx));
     }
 
-    fn submitted(&mut self, batch: &str, r: Result<(), (String, bool)>, ctx: &mut Context<Self>) {
-        let Some(job) = self.jobs.get_mut(batch) else { return };
+    fn submitted(&mut self, batch: String, outcome: BatchOutcome, ctx: &mut Context<Self>) {
+        for (name, why) in outcome.refused {
+            let reason = self.auth().redact_in(&why.to_string());
+            self.member_failed(&name, &reason, ctx);
+        }
+        match outcome.result {
+            Ok(members) => {
+                self.submitting.remove(&batch);
+                let until = unix_now() + self.config.blah.lease.as_secs_f64();
+                for name in members {
+                    let Some(job) = self.jobs.get_mut(&name) else { continue };
+                    job.busy = false;
+                    if job.phase == Phase::Cancelled {
+                        // Cancelled while it was being submitted: abort it now.
+                        self.abort(name, ctx, None);
+                        continue;
+                    }
+                    job.phase = Phase::Active;
+                    // Created with the lease as its expiry (see pipeline_config).
+                    job.lease_until = until;
+                    let j = name.clone();
+                    self.store.write("store a submission", move |c| {
+                        store::set_phase(c, &j, Phase::Active, None, None)?;
+                        store::set_lease(c, &j, until)
+                    });
+                }
+                tracing::info!(batch = %batch, project = %self.key.url, "submitted to BOINC");
+            }
+            Err((members, why)) => {
+                let timeout = self.config.blah.submit_timeout;
+                let waiting = members.iter().filter_map(|n| self.jobs.get(n)).filter_map(|j| j.submitting_since).min();
+                if why.project_down() && waiting.is_some_and(|t| t.elapsed() < timeout) {
+                    tracing::info!(batch = %batch, "the project is down for maintenance; submitting again later: {}", self.auth().redact_in(&why.to_string()));
+                    for name in &members {
+                        if let Some(job) = self.jobs.get_mut(name) {
+                            job.busy = false;
+                        }
+                    }
+                    ctx.run_later(self.config.blah.status_refresh.max(Duration::from_secs(1)), move |act, ctx| act.close(batch, ctx));
+                    return;
+                }
+                self.submitting.remove(&batch);
+                // The edge: the typed failure becomes the hold reason here.
+                let reason = self.auth().redact_in(&why.to_string());
+                for name in members {
+                    self.member_failed(&name, &reason, ctx);
+                }
+            }
+        }
+    }
+
+    /// A member that did not go in: held with `reason` (aborted if
+    /// cancelled meanwhile: an earlier attempt may have made it).
+    fn member_failed(&mut self, name: &str, reason: &str, ctx: &mut Context<Self>) {
+        let Some(job) = self.jobs.get_mut(name) else { return };
         job.busy = false;
         if job.phase == Phase::Cancelled {
-            // Cancelled while it was being submitted: abort what was made.
-            return self.abort(batch.to_string(), ctx, None);
+            return self.abort(name.to_string(), ctx, None);
         }
-        let timeout = self.config.blah.submit_timeout;
-        if let Err((reason, true)) = &r {
-            if job.submitting_since.is_some_and(|t| t.elapsed() < timeout) {
-                tracing::info!(batch, "the project is down for maintenance; submitting again later: {reason}");
-                let b = batch.to_string();
-                ctx.run_later(self.config.blah.status_refresh.max(Duration::from_secs(1)), move |act, ctx| act.advance(&b, ctx));
-                return;
-            }
-        }
-        match r.map_err(|(reason, _)| reason) {
-            Ok(()) => {
-                job.phase = Phase::Active;
-                // Created with the lease as its expiry (see pipeline_config).
-                job.lease_until = unix_now() + self.config.blah.lease.as_secs_f64();
-                let (b, until) = (batch.to_string(), job.lease_until);
-                self.store.write("store a submission", move |c| {
-                    store::set_phase(c, &b, Phase::Active, None, None)?;
-                    store::set_lease(c, &b, until)
-                });
-                tracing::info!(batch, project = %self.key.url, "submitted to BOINC");
-            }
-            Err(reason) => {
-                let reason = self.auth().redact_in(&reason);
-                self.finish(batch, job_status::HELD, held_ad(batch, &reason));
-            }
-        }
+        self.finish(name, job_status::HELD, held_ad(name, reason));
     }
 
     /// Places a DONE job's files, then makes its status 4.
@@ -403,9 +560,13 @@ impl BlahProject {
         };
         job.busy = true;
         let (key, cfg) = (self.key.clone(), self.config.blah.clone());
+        let templates = map::choose_app(&ad, &cfg).ok().and_then(|(app, _)| self.templates(&app));
         let deadline = Instant::now() + self.config.command_timeout;
         let b = batch.clone();
-        let work = async move { deliver_done(&rpc, &key, &cfg, &b, &ad, deadline).await.map(|ad| (job_status::COMPLETED, ad)) };
+        let work = async move {
+            let templates = templates.ok_or("the job's app is not known")?.await.map_err(|e| format!("error getting templates: {e}"))?;
+            deliver_done(&rpc, &key, &cfg, &b, &ad, &templates, deadline).await.map(|ad| (job_status::COMPLETED, ad))
+        };
         self.run(ctx, work, move |act, r, _| act.settled(&batch, r));
     }
 
@@ -414,10 +575,10 @@ impl BlahProject {
         let Some(rpc) = self.rpc.clone() else { return };
         let Some(job) = self.jobs.get_mut(&batch) else { return };
         job.busy = true;
-        let (key, ad) = (self.key.clone(), job.ad.clone());
+        let (key, ad, boinc_batch) = (self.key.clone(), job.ad.clone(), job.batch.clone());
         let deadline = Instant::now() + self.config.command_timeout;
         let b = batch.clone();
-        let work = async move { resolve_error(&rpc, &key, &b, ad.as_ref(), deadline).await };
+        let work = async move { resolve_error(&rpc, &key, &boinc_batch, &b, ad.as_ref(), deadline).await };
         self.run(ctx, work, move |act, r, _| act.settled(&batch, r));
     }
 
@@ -441,46 +602,70 @@ impl BlahProject {
         }
     }
 
-    /// abort_jobs then retire_batch, then `reply` (code 0 either way: an
+    /// abort_jobs of this one job, then `reply` (code 0 either way: an
     /// abort that did not land is retried by `upkeep` until it does, and an
     /// error would replace the reason of a held job). A BOINC error (no
-    /// such job, already over) counts as done: the job will not run.
-    fn abort(&mut self, batch: String, ctx: &mut Context<Self>, reply: Option<oneshot::Sender<BlahResult>>) {
+    /// such job, already over) counts as done: the job will not run. Its
+    /// batch is retired once no job in it is needed.
+    fn abort(&mut self, job: String, ctx: &mut Context<Self>, reply: Option<oneshot::Sender<BlahResult>>) {
         let Some(rpc) = self.rpc.clone() else { return };
         let auth = self.auth().clone();
         let deadline = Instant::now() + self.config.rpc_timeout;
-        let b = batch.clone();
+        let j = job.clone();
         let work = async move {
-            let xml = request::abort_jobs(&auth, std::slice::from_ref(&b));
+            let xml = request::abort_jobs(&auth, std::slice::from_ref(&j));
             match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await {
-                Ok(()) => {}
+                Ok(()) => Ok(()),
                 Err(RpcError::Boinc { num, msg }) if num != PROJECT_DOWN => {
-                    tracing::info!(batch = %b, "nothing to abort: {msg}");
+                    tracing::info!(job = %j, "nothing to abort: {msg}");
+                    Ok(())
                 }
-                Err(e) => return Err(auth.redact_in(&e.to_string())),
+                Err(e) => Err(auth.redact_in(&e.to_string())),
             }
-            retire(&rpc, &auth, &b, deadline).await;
-            Ok(())
         };
-        self.run(ctx, work, move |act, r, _| {
+        self.run(ctx, work, move |act, r, ctx| {
             let pending = r.is_err();
+            let batch = act.jobs.get(&job).map(|j| j.batch.clone());
             if let Err(e) = r {
-                tracing::warn!(batch = %batch, "the abort did not reach the project yet, retrying later: {e}");
-                act.aborts.insert(batch.clone());
+                tracing::warn!(job = %job, "the abort did not reach the project yet, retrying later: {e}");
+                act.aborts.insert(job.clone());
             } else {
-                act.aborts.remove(&batch);
-                act.jobs.remove(&batch);
+                act.aborts.remove(&job);
+                act.jobs.remove(&job);
             }
+            let j = job.clone();
             act.store.write("store an abort", move |c| {
-                store::set_abort_pending(c, &batch, pending)?;
+                store::set_abort_pending(c, &j, pending)?;
                 if !pending {
-                    store::set_retired(c, &batch)?;
+                    store::set_retired(c, &j)?;
                 }
                 Ok(())
             });
+            if let Some(batch) = batch.filter(|_| !pending) {
+                act.retire_if_done(batch, ctx);
+            }
             if let Some(reply) = reply {
                 let _ = reply.send(BlahResult::ok());
             }
+        });
+    }
+
+    /// Retires a batch once no job in it is needed (the state database
+    /// knows every member, also those no longer in memory).
+    fn retire_if_done(&mut self, batch: String, ctx: &mut Context<Self>) {
+        let Some(rpc) = self.rpc.clone() else { return };
+        if self.retired_batches.contains(&batch) || self.submitting.contains(&batch) {
+            return;
+        }
+        let (store, b) = (self.store.clone(), batch.clone());
+        let needed = async move { store.read(move |c| store::batch_needed(c, &b)).await };
+        self.run(ctx, needed, move |act, needed, ctx| {
+            if !matches!(needed, Ok(false)) || !act.retired_batches.insert(batch.clone()) {
+                return;
+            }
+            let auth = act.auth().clone();
+            let deadline = Instant::now() + act.config.rpc_timeout;
+            act.run(ctx, async move { retire(&rpc, &auth, &batch, deadline).await }, |_, (), _| {});
         });
     }
 
@@ -496,8 +681,14 @@ impl BlahProject {
         }
         let lease = self.config.blah.lease.as_secs_f64();
         let now = unix_now();
-        let renew: Vec<String> =
-            self.jobs.iter().filter(|(_, j)| j.watched() && j.lease_until < now + lease / 2.0).map(|(b, _)| b.clone()).collect();
+        let renew: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.watched() && j.lease_until < now + lease / 2.0)
+            .map(|j| j.batch.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         if renew.is_empty() {
             return;
         }
@@ -517,38 +708,41 @@ impl BlahProject {
         };
         self.run(ctx, leases, move |act, renewed, _| {
             act.upkeep_running = false;
-            for b in renewed {
-                if let Some(j) = act.jobs.get_mut(&b) {
-                    j.lease_until = now + lease;
-                }
-                act.store.write("store a lease", move |c| store::set_lease(c, &b, now + lease));
+            let renewed: HashSet<String> = renewed.into_iter().collect();
+            for (name, j) in act.jobs.iter_mut().filter(|(_, j)| renewed.contains(&j.batch)) {
+                j.lease_until = now + lease;
+                let name = name.clone();
+                act.store.write("store a lease", move |c| store::set_lease(c, &name, now + lease));
             }
         });
     }
 }
 
+/// What one query_batch2 said.
+struct BatchStates {
+    /// Job -> its status, for every job of the batches answered.
+    states: HashMap<String, String>,
+    answered: HashSet<String>,
+    /// Batches the server does not know (or another user owns), and why.
+    gone: Vec<(String, String)>,
+}
+
 /// query_batch2 over `names`; a batch the server does not know (or that
 /// another user owns) is dropped from the query and reported as gone.
-/// Returns batch -> status of its job, and the gone ones with the reason.
 async fn query_states(
     rpc: &Addr<RpcClient>,
     auth: &Authenticator,
     mut names: Vec<String>,
     deadline: Instant,
-) -> Result<(HashMap<String, String>, Vec<(String, String)>), RpcError> {
-    let mut gone = Vec::new();
-    let mut states = HashMap::new();
+) -> Result<BatchStates, RpcError> {
+    let mut out = BatchStates { states: HashMap::new(), answered: HashSet::new(), gone: Vec::new() };
     while !names.is_empty() {
         let xml = request::query_batch2(auth, 0.0, &names);
         match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, deadline).await {
             Ok(reply) => {
                 for (name, jobs) in names.into_iter().zip(reply.batches) {
-                    match jobs.into_iter().find(|j| j.name == name) {
-                        Some(j) => {
-                            states.insert(name, j.status);
-                        }
-                        None => gone.push((name, "its batch has no such job".to_string())),
-                    }
+                    out.states.extend(jobs.into_iter().map(|j| (j.name, j.status)));
+                    out.answered.insert(name);
                 }
                 break;
             }
@@ -557,12 +751,12 @@ async fn query_states(
                 let Some(i) = named.and_then(|n| names.iter().position(|b| b == n)) else {
                     return Err(RpcError::Boinc { num, msg });
                 };
-                gone.push((names.remove(i), msg));
+                out.gone.push((names.remove(i), msg));
             }
             Err(e) => return Err(e),
         }
     }
-    Ok((states, gone))
+    Ok(out)
 }
 
 async fn retire(rpc: &Addr<RpcClient>, auth: &Authenticator, batch: &str, deadline: Instant) {
@@ -629,13 +823,13 @@ impl Actor for BlahProject {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Track {
-    pub batch: String,
+    pub id: JobId,
 }
 
 impl Handler<Track> for BlahProject {
     type Result = ResponseActFuture<Self, ()>;
     fn handle(&mut self, msg: Track, _: &mut Context<Self>) -> Self::Result {
-        self.load(msg.batch)
+        self.load(msg.id)
     }
 }
 
@@ -643,17 +837,17 @@ impl Handler<Track> for BlahProject {
 #[derive(Message)]
 #[rtype(result = "BlahResult")]
 pub struct Status {
-    pub batch: String,
+    pub id: JobId,
 }
 
 impl Handler<Status> for BlahProject {
     type Result = ResponseActFuture<Self, BlahResult>;
     fn handle(&mut self, msg: Status, _: &mut Context<Self>) -> Self::Result {
-        if self.config.panic_on.as_ref() == Some(&msg.batch) {
-            panic!("test hook: a status of {}", msg.batch);
+        if self.config.panic_on.as_ref() == Some(&msg.id.job) {
+            panic!("test hook: a status of {}", msg.id.job);
         }
-        let batch = msg.batch;
-        Box::pin(self.load(batch.clone()).map(move |(), act, ctx| act.status(&batch, ctx)))
+        let job = msg.id.job.clone();
+        Box::pin(self.load(msg.id).map(move |(), act, ctx| act.status(&job, ctx)))
     }
 }
 
@@ -662,15 +856,16 @@ impl Handler<Status> for BlahProject {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Cancel {
-    pub batch: String,
+    pub id: JobId,
     pub reply: oneshot::Sender<BlahResult>,
 }
 
 impl Handler<Cancel> for BlahProject {
     type Result = ResponseActFuture<Self, ()>;
     fn handle(&mut self, msg: Cancel, _: &mut Context<Self>) -> Self::Result {
-        let Cancel { batch, reply } = msg;
-        Box::pin(self.load(batch.clone()).map(move |(), act, ctx| {
+        let Cancel { id, reply } = msg;
+        let batch = id.job.clone();
+        Box::pin(self.load(id).map(move |(), act, ctx| {
             let Some(job) = act.jobs.get_mut(&batch) else { return };
             let submitting = job.phase == Phase::Submitting && job.busy;
             job.phase = Phase::Cancelled;
@@ -684,34 +879,28 @@ impl Handler<Cancel> for BlahProject {
     }
 }
 
-/// The final status (3 or 4) of a job was queued: retire its batch.
+/// The final status (3 or 4) of a job was queued: it no longer needs its
+/// batch, which is retired once no job in it does.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Delivered {
-    pub batch: String,
+    pub id: JobId,
 }
 
 impl Handler<Delivered> for BlahProject {
     type Result = ();
     fn handle(&mut self, msg: Delivered, ctx: &mut Context<Self>) {
-        let Some(rpc) = self.rpc.clone() else { return };
-        let Some(job) = self.jobs.get_mut(&msg.batch) else { return };
+        let name = msg.id.job;
+        let Some(job) = self.jobs.get_mut(&name) else { return };
         if job.retired || !matches!(job.final_status, Some((job_status::REMOVED | job_status::COMPLETED, _))) {
             return;
         }
         job.retired = true;
-        let auth = self.auth().clone();
-        let deadline = Instant::now() + self.config.rpc_timeout;
-        let batch = msg.batch;
-        let work = async move {
-            retire(&rpc, &auth, &batch, deadline).await;
-            batch
-        };
-        self.run(ctx, work, |act, batch, _| {
-            // Answered from the state database if ever asked again.
-            act.jobs.remove(&batch);
-            act.store.write("store a retirement", move |c| store::set_retired(c, &batch));
-        });
+        let batch = job.batch.clone();
+        // Answered from the state database if ever asked again.
+        self.jobs.remove(&name);
+        self.store.write("store a delivery", move |c| store::set_retired(c, &name));
+        self.retire_if_done(batch, ctx);
     }
 }
 

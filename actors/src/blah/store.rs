@@ -6,8 +6,10 @@
 //! actor threads: a read sees every write queued before it, whichever
 //! actor queued it.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
@@ -21,10 +23,12 @@ type Op = Box<dyn FnOnce(&mut Connection) + Send>;
 #[derive(Clone)]
 pub struct BlahStore {
     ops: mpsc::Sender<Op>,
+    /// The shared BOINC batches still taking jobs (used in store ops).
+    pub gathering: Gathering,
 }
 
 impl BlahStore {
-    pub fn new(db: StateDb) -> std::io::Result<Self> {
+    pub fn new(db: StateDb, gathering: Gathering) -> std::io::Result<Self> {
         let (ops, rx) = mpsc::channel::<Op>();
         std::thread::Builder::new().name("blah-store".into()).spawn(move || {
             for op in rx {
@@ -34,7 +38,7 @@ impl BlahStore {
                 });
             }
         })?;
-        Ok(BlahStore { ops })
+        Ok(BlahStore { ops, gathering })
     }
 
     /// Queues a write; a failure is logged, not returned.
@@ -95,10 +99,57 @@ impl Phase {
     }
 }
 
+/// The BOINC batches still gathering jobs, per gathering key (project,
+/// app and batch-wide parameters). Only the store's thread touches it, in
+/// the order of its operations: a batch is closed (`close_batch`) before
+/// its members are read, so no job joins a batch whose submission began.
+#[derive(Clone)]
+pub struct Gathering {
+    open: Arc<Mutex<HashMap<String, OpenBatch>>>,
+    window: Duration,
+    max_jobs: usize,
+}
+
+struct OpenBatch {
+    batch: String,
+    opened: Instant,
+    jobs: usize,
+}
+
+impl Gathering {
+    pub fn new(window: Duration, max_jobs: usize) -> Self {
+        Gathering { open: Arc::default(), window, max_jobs: max_jobs.max(1) }
+    }
+
+    /// The batch a new job named `job` goes into: the open one of its key,
+    /// else a new one named after the job.
+    fn join(&self, key: &str, job: &str) -> String {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        match open.get_mut(key) {
+            Some(b) if b.opened.elapsed() < self.window && b.jobs < self.max_jobs => {
+                b.jobs += 1;
+                b.batch.clone()
+            }
+            _ if self.max_jobs == 1 || self.window.is_zero() => job.to_string(),
+            _ => {
+                open.insert(key.to_string(), OpenBatch { batch: job.to_string(), opened: Instant::now(), jobs: 1 });
+                job.to_string()
+            }
+        }
+    }
+
+    fn close(&self, batch: &str) {
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, b| b.batch != batch);
+    }
+}
+
 /// One attempt of one job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
+    /// The BOINC job's name (`blah#<JobDirectory>#<attempt>`).
     pub batch: String,
+    /// The BOINC batch it went into.
+    pub boinc_batch: String,
     pub project: String,
     /// The submit ClassAd as text.
     pub ad: String,
@@ -116,65 +167,95 @@ pub struct JobRecord {
 /// What a submit of `job_dir` gets: the attempt that is still alive
 /// (submitting, on the server, or completed: a resubmit after a lost
 /// result), else a new attempt recorded now. `held` records the new
-/// attempt as already final (status 5, the ad it makes of the batch name).
-/// Returns (project, batch).
+/// attempt as already final (status 5, the ad it makes of the job name);
+/// else a new attempt joins the open batch of `gather` (a gathering key),
+/// or is a batch of its own. Returns (project, BOINC batch, job).
 pub fn claim_attempt(
     c: &mut Connection,
     job_dir: &str,
     project: &str,
     ad: &str,
     held: Option<&dyn Fn(&str) -> String>,
-) -> rusqlite::Result<(String, String)> {
+    gather: Option<(&Gathering, &str)>,
+) -> rusqlite::Result<(String, String, String)> {
     let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let last: Option<(String, String, i64, String, Option<i32>)> = tx
+    type Last = (String, String, Option<String>, i64, String, Option<i32>);
+    let last: Option<Last> = tx
         .query_row(
-            "SELECT project, batch, attempt, phase, status FROM blah_jobs WHERE job_dir = ?1 ORDER BY attempt DESC LIMIT 1",
+            "SELECT project, batch, boinc_batch, attempt, phase, status FROM blah_jobs WHERE job_dir = ?1 \
+             ORDER BY attempt DESC LIMIT 1",
             [job_dir],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
         )
         .optional()?;
     let attempt = match last {
-        Some((project, batch, _, phase, status))
+        Some((project, job, boinc_batch, _, phase, status))
             if matches!(Phase::parse(&phase), Phase::Submitting | Phase::Active)
                 || (Phase::parse(&phase) == Phase::Final && status == Some(4)) =>
         {
-            return Ok((project, batch));
+            let batch = boinc_batch.unwrap_or_else(|| job.clone());
+            return Ok((project, batch, job));
         }
-        Some((_, _, attempt, ..)) => attempt + 1,
+        Some((_, _, _, attempt, ..)) => attempt + 1,
         None => 1,
     };
-    let batch = batch_name(job_dir, u32::try_from(attempt).unwrap_or(u32::MAX));
+    let job = batch_name(job_dir, u32::try_from(attempt).unwrap_or(u32::MAX));
     let (phase, status) = if held.is_some() { (Phase::Final, Some(5)) } else { (Phase::Submitting, None) };
-    let held = held.map(|f| f(&batch));
+    let held = held.map(|f| f(&job));
+    let batch = match gather {
+        Some((g, key)) if held.is_none() => g.join(key, &job),
+        _ => job.clone(),
+    };
     tx.execute(
-        "INSERT OR REPLACE INTO blah_jobs (batch, project, job_dir, attempt, ad, phase, status, final_ad, updated) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![batch, project, job_dir, attempt, ad, phase.as_str(), status, held, unix_now()],
+        "INSERT OR REPLACE INTO blah_jobs (batch, project, job_dir, attempt, ad, phase, status, final_ad, updated, boinc_batch) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![job, project, job_dir, attempt, ad, phase.as_str(), status, held, unix_now(), (batch != job).then_some(&batch)],
     )?;
     tx.commit()?;
-    Ok((project.to_string(), batch))
+    Ok((project.to_string(), batch, job))
 }
 
-pub fn load(c: &mut Connection, batch: &str) -> rusqlite::Result<Option<JobRecord>> {
+/// Closes a gathering batch and returns the members to submit in it.
+pub fn close_batch(c: &mut Connection, gathering: &Gathering, batch: &str) -> rusqlite::Result<Vec<JobRecord>> {
+    gathering.close(batch);
+    let mut s = c.prepare_cached(&format!("{SELECT_JOB} WHERE COALESCE(boinc_batch, batch) = ?1 AND phase = 'submitting'"))?;
+    let rows = s.query_map([batch], job_record)?;
+    rows.collect()
+}
+
+/// Whether a batch is still needed: a member is being submitted or
+/// watched, its final status (3 or 4) has not gone out, or an abort is
+/// owed. Held members do not keep it (a release makes a new attempt).
+pub fn batch_needed(c: &mut Connection, batch: &str) -> rusqlite::Result<bool> {
     c.prepare_cached(
-        "SELECT batch, project, ad, phase, boinc_status, status, final_ad, abort_pending, retired, lease_until \
-         FROM blah_jobs WHERE batch = ?1",
+        "SELECT EXISTS (SELECT 1 FROM blah_jobs WHERE COALESCE(boinc_batch, batch) = ?1 AND \
+         (phase IN ('submitting', 'active') OR abort_pending = 1 OR (phase = 'final' AND status IN (3, 4) AND retired = 0)))",
     )?
-    .query_row([batch], |r| {
-        Ok(JobRecord {
-            batch: r.get(0)?,
-            project: r.get(1)?,
-            ad: r.get(2)?,
-            phase: Phase::parse(&r.get::<_, String>(3)?),
-            boinc_status: r.get(4)?,
-            status: r.get(5)?,
-            final_ad: r.get(6)?,
-            abort_pending: r.get(7)?,
-            retired: r.get(8)?,
-            lease_until: r.get(9)?,
-        })
+    .query_row([batch], |r| r.get(0))
+}
+
+const SELECT_JOB: &str = "SELECT batch, project, ad, phase, boinc_status, status, final_ad, abort_pending, retired, lease_until, \
+     COALESCE(boinc_batch, batch) FROM blah_jobs";
+
+fn job_record(r: &rusqlite::Row) -> rusqlite::Result<JobRecord> {
+    Ok(JobRecord {
+        batch: r.get(0)?,
+        project: r.get(1)?,
+        ad: r.get(2)?,
+        phase: Phase::parse(&r.get::<_, String>(3)?),
+        boinc_status: r.get(4)?,
+        status: r.get(5)?,
+        final_ad: r.get(6)?,
+        abort_pending: r.get(7)?,
+        retired: r.get(8)?,
+        lease_until: r.get(9)?,
+        boinc_batch: r.get(10)?,
     })
-    .optional()
+}
+
+/// The record of the job named `job`.
+pub fn load(c: &mut Connection, job: &str) -> rusqlite::Result<Option<JobRecord>> {
+    c.prepare_cached(&format!("{SELECT_JOB} WHERE batch = ?1"))?.query_row([job], job_record).optional()
 }
 
 /// Moves a job on; a cancelled job stays cancelled (a late submission or
@@ -261,24 +342,72 @@ mod tests {
     }
 
     fn check_attempts(c: &mut Connection) {
-        let (p, b1) = claim_attempt(c, "dir", "k", "[ ]", None).unwrap();
+        let claim = |c: &mut Connection, dir: &str, p: &str| {
+            let (p, b, j) = claim_attempt(c, dir, p, "[ ]", None, None).unwrap();
+            assert_eq!(b, j, "no gathering: a batch of its own");
+            (p, j)
+        };
+        let (p, b1) = claim(c, "dir", "k");
         assert_eq!((p.as_str(), b1.as_str()), ("k", "blah#dir#1"));
         // A resubmit after a lost result: the same attempt, even on another project.
-        assert_eq!(claim_attempt(c, "dir", "other", "[ ]", None).unwrap(), ("k".into(), b1.clone()));
+        assert_eq!(claim(c, "dir", "other"), ("k".into(), b1.clone()));
         set_phase(c, &b1, Phase::Active, None, None).unwrap();
         mark_cancelled(c, &b1).unwrap();
         // A late delivery does not revive a cancelled job.
         set_phase(c, &b1, Phase::Final, Some(4), Some("[ ]".into())).unwrap();
         assert_eq!(load(c, &b1).unwrap().unwrap().phase, Phase::Cancelled);
-        let (_, b2) = claim_attempt(c, "dir", "k", "[ ]", None).unwrap();
+        let (_, b2) = claim(c, "dir", "k");
         assert_eq!(b2, "blah#dir#2");
         // Held at once: final; the next submit is a new attempt.
-        let (_, b3) = claim_attempt(c, "held", "k", "[ ]", Some(&|b: &str| format!("[ B = \"{b}\" ]"))).unwrap();
+        let (_, _, b3) = claim_attempt(c, "held", "k", "[ ]", Some(&|b: &str| format!("[ B = \"{b}\" ]")), None).unwrap();
         let r = load(c, &b3).unwrap().unwrap();
         assert_eq!((r.phase, r.status, r.final_ad.as_deref()), (Phase::Final, Some(5), Some("[ B = \"blah#held#1\" ]")));
-        assert_eq!(claim_attempt(c, "held", "k", "[ ]", None).unwrap().1, "blah#held#2");
+        assert_eq!(claim(c, "held", "k").1, "blah#held#2");
         // Completed: a resubmit gets the completed attempt.
         set_phase(c, &b2, Phase::Final, Some(4), Some("[ ]".into())).unwrap();
-        assert_eq!(claim_attempt(c, "dir", "k", "[ ]", None).unwrap().1, b2);
+        assert_eq!(claim(c, "dir", "k").1, b2);
+    }
+
+    #[test]
+    fn jobs_gather_into_one_batch_until_it_closes_or_fills() {
+        let db = StateDb::in_memory().unwrap();
+        let g = Gathering::new(Duration::from_secs(3600), 3);
+        db.with_conn(|c| {
+            let mut claim = |dir: &str, key: &str| claim_attempt(c, dir, "k", "[ ]", None, Some((&g, key))).unwrap();
+            let (_, b, j) = claim("a", "app1");
+            assert_eq!((b.as_str(), j.as_str()), ("blah#a#1", "blah#a#1"), "named after its first job");
+            assert_eq!(claim("b", "app1").1, "blah#a#1");
+            assert_eq!(claim("x", "app2").1, "blah#x#1", "another app: another batch");
+            // A resubmit of a member: the same batch and job, not a new member.
+            assert_eq!(claim("b", "app1"), ("k".into(), "blah#a#1".into(), "blah#b#1".into()));
+            assert_eq!(claim("c", "app1").1, "blah#a#1");
+            assert_eq!(claim("d", "app1").1, "blah#d#1", "the cap opens a new batch");
+            Ok(())
+        })
+        .unwrap();
+        db.with_conn(|c| {
+            mark_cancelled(c, "blah#c#1")?;
+            let members: Vec<String> = close_batch(c, &g, "blah#a#1")?.into_iter().map(|r| r.batch).collect();
+            assert_eq!(members, ["blah#a#1", "blah#b#1"], "cancelled members stay out");
+            assert_eq!(load(c, "blah#b#1")?.unwrap().boinc_batch, "blah#a#1");
+            // Closed: the next job of its key opens a new batch.
+            let (_, _, e) = claim_attempt(c, "e", "k", "[ ]", None, Some((&g, "app1")))?;
+            assert_eq!(load(c, &e)?.unwrap().boinc_batch, "blah#d#1", "the open one of the key");
+            close_batch(c, &g, "blah#d#1")?;
+            let (_, b, _) = claim_attempt(c, "f", "k", "[ ]", None, Some((&g, "app1")))?;
+            assert_eq!(b, "blah#f#1");
+            // Needed while a member is active or undelivered; not once all went out.
+            assert!(batch_needed(c, "blah#a#1")?);
+            for m in ["blah#a#1", "blah#b#1"] {
+                set_phase(c, m, Phase::Final, Some(4), Some("[ ]".into()))?;
+            }
+            assert!(batch_needed(c, "blah#a#1")?);
+            set_retired(c, "blah#a#1")?;
+            assert!(batch_needed(c, "blah#a#1")?);
+            set_retired(c, "blah#b#1")?;
+            assert!(!batch_needed(c, "blah#a#1")?);
+            Ok(())
+        })
+        .unwrap();
     }
 }

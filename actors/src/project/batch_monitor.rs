@@ -1,7 +1,8 @@
 //! BatchMonitor: BOINC_QUERY_BATCHES for one project. Identical queries
 //! (same batches, same min_mod_time) share one query_batch2 RPC while it is
 //! in flight, and reuse its answer for `query_coalesce` afterwards, so a
-//! storm of identical queries costs one RPC per poll interval.
+//! storm of identical queries costs one RPC per poll interval. The answer
+//! is encoded once and its bytes shared by every result of the storm.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -112,7 +113,8 @@ async fn query_batch2(
         Ok(states) if states.batches.len() == wanted => CommandResult::Batches {
             server_time: states.server_time,
             groups: states.batches.into_iter().map(|jobs| jobs.into_iter().map(|j| (j.name, j.status)).collect()).collect(),
-        },
+        }
+        .into_encoded(),
         Ok(states) => CommandResult::Error(format!(
             "error querying batch: -1 the server answered for {} batches, {wanted} were asked",
             states.batches.len()

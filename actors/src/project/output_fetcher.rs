@@ -141,10 +141,16 @@ pub(crate) async fn output_templates(
         .idempotent(Script::SubmitRpcHandler, xml, reply::parse_templates, deadline)
         .await
         .map_err(|e| format!("error getting templates: {e}"))?;
-    if let Some(bad) = templates.outputs.iter().find(|n| !plain_file_name(n)) {
-        return Err(format!("error getting templates: -1 the app's output template names a file outside the job's directory: {bad}"));
-    }
+    check_output_names(&templates)?;
     Ok(templates)
+}
+
+/// Every output name must be a plain file name: it becomes a path here.
+pub(crate) fn check_output_names(templates: &Templates) -> Result<(), String> {
+    match templates.outputs.iter().find(|n| !plain_file_name(n)) {
+        Some(bad) => Err(format!("error getting templates: -1 the app's output template names a file outside the job's directory: {bad}")),
+        None => Ok(()),
+    }
 }
 
 /// The finished instance of a job: exit status, times, stderr.

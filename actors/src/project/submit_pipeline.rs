@@ -21,8 +21,8 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use bytes::Bytes;
-use gahp_protocol::boinc::{reply, request, BatchInfo, Script, SubmitJob, SubmitParams};
-use gahp_protocol::gahp::{CommandResult, ParamValue, SubmitBatch};
+use gahp_protocol::boinc::{reply, request, BatchInfo, Script, SubmitJob, SubmitParams, Templates};
+use gahp_protocol::gahp::{ParamValue, SubmitBatch};
 
 use crate::clock::unix_now;
 use crate::config::DaemonConfig;
@@ -30,8 +30,9 @@ use crate::file_stager::{FileStager, Stage, StagedFile};
 use crate::project::rpc::{backoff, Attachment, Parse, Rpc, RpcClient, RpcError};
 use crate::project::ProjectKey;
 
+/// Why a submission failed; rendered to text where the result line is made.
 #[derive(Debug, thiserror::Error)]
-enum SubmitError {
+pub enum SubmitError {
     #[error("no jobs")]
     NoJobs,
     #[error("invalid job parameter {name}: '{value}' is not a number")]
@@ -52,6 +53,26 @@ enum SubmitError {
     NameTaken(String),
     #[error("error submitting jobs: {0}")]
     Submit(RpcError),
+    #[error("error submitting jobs: internal error ({0})")]
+    Internal(&'static str),
+}
+
+/// BOINC's "project down for maintenance": an error reply that passes.
+pub const PROJECT_DOWN: i64 = -183;
+
+impl SubmitError {
+    /// The server's error, if an RPC failed.
+    pub fn rpc(&self) -> Option<&RpcError> {
+        match self {
+            SubmitError::Templates(e) | SubmitError::Files(e) | SubmitError::CreateBatch(e) | SubmitError::Submit(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The project was down for maintenance: trying later may succeed.
+    pub fn project_down(&self) -> bool {
+        matches!(self.rpc(), Some(RpcError::Boinc { num: PROJECT_DOWN, .. }))
+    }
 }
 
 type Step<T> = Result<T, SubmitError>;
@@ -62,6 +83,8 @@ pub struct SubmitPipeline {
     rpc: Addr<RpcClient>,
     stager: Addr<FileStager>,
     batch: Option<SubmitBatch>,
+    /// The app's templates when the caller has them (no get_templates).
+    templates: Option<Templates>,
     deadline: Instant,
 }
 
@@ -74,7 +97,13 @@ impl SubmitPipeline {
         batch: SubmitBatch,
         deadline: Instant,
     ) -> Self {
-        SubmitPipeline { key, config, rpc, stager, batch: Some(batch), deadline }
+        SubmitPipeline { key, config, rpc, stager, batch: Some(batch), templates: None, deadline }
+    }
+
+    /// Uses these templates of the batch's app instead of asking for them.
+    pub fn with_templates(mut self, templates: Templates) -> Self {
+        self.templates = Some(templates);
+        self
     }
 }
 
@@ -83,11 +112,11 @@ impl Actor for SubmitPipeline {
 }
 
 #[derive(Message)]
-#[rtype(result = "CommandResult")]
+#[rtype(result = "Result<(), SubmitError>")]
 pub struct RunPipeline;
 
 impl Handler<RunPipeline> for SubmitPipeline {
-    type Result = ResponseActFuture<Self, CommandResult>;
+    type Result = ResponseActFuture<Self, Result<(), SubmitError>>;
 
     fn handle(&mut self, _: RunPipeline, _: &mut Context<Self>) -> Self::Result {
         let run = Run {
@@ -97,20 +126,16 @@ impl Handler<RunPipeline> for SubmitPipeline {
             stager: self.stager.clone(),
             deadline: self.deadline,
         };
-        let batch = self.batch.take();
+        let (batch, templates) = (self.batch.take(), self.templates.take());
         Box::pin(
             async move {
-                let Some(batch) = batch else {
-                    return CommandResult::Error("error submitting jobs: pipeline ran twice".into());
-                };
+                let batch = batch.ok_or(SubmitError::Internal("pipeline ran twice"))?;
                 let name = batch.batch_name.clone();
-                match run.submit(batch).await {
-                    Ok(()) => CommandResult::Ok,
-                    Err(e) => {
-                        tracing::info!(batch = %name, "submit failed: {e}");
-                        CommandResult::Error(e.to_string())
-                    }
+                let r = run.submit(batch, templates).await;
+                if let Err(e) = &r {
+                    tracing::info!(batch = %name, "submit failed: {}", run.key.authenticator.redact_in(&e.to_string()));
                 }
+                r
             }
             .into_actor(self)
             // One pipeline per submit: it ends with its command.
@@ -139,7 +164,7 @@ enum BatchSlot {
 }
 
 impl Run {
-    async fn submit(&self, batch: SubmitBatch) -> Step<()> {
+    async fn submit(&self, batch: SubmitBatch, templates: Option<Templates>) -> Step<()> {
         if batch.jobs.is_empty() {
             return Err(SubmitError::NoJobs);
         }
@@ -150,10 +175,13 @@ impl Run {
         }
         let auth = &self.key.authenticator;
 
-        let templates = self
-            .idempotent(Script::SubmitRpcHandler, request::get_templates_for_app(auth, &batch.app_name), reply::parse_templates)
-            .await
-            .map_err(SubmitError::Templates)?;
+        let templates = match templates {
+            Some(t) => t,
+            None => self
+                .idempotent(Script::SubmitRpcHandler, request::get_templates_for_app(auth, &batch.app_name), reply::parse_templates)
+                .await
+                .map_err(SubmitError::Templates)?,
+        };
         if let Some(job) = batch.jobs.iter().find(|j| j.inputs.len() != templates.inputs.len()) {
             return Err(SubmitError::InputCount {
                 job: job.name.clone(),

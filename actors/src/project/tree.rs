@@ -61,16 +61,26 @@ impl Handler<Run> for ProjectTree {
         let auth = self.key.authenticator.clone();
         let rpc = self.rpc.clone();
         let work: ResponseFuture<CommandResult> = match msg.command {
-            AsyncCommand::Ping => Box::pin(async move {
-                done(rpc.idempotent(Script::SubmitRpcHandler, request::ping(), reply::parse_ping, deadline).await, "ping_server returned")
-            }),
+            AsyncCommand::Ping => {
+                // One attempt, answered at once: the gridmanager probes with it.
+                let deadline = Instant::now() + self.config.ping_timeout.min(self.config.command_timeout);
+                Box::pin(async move {
+                    done(
+                        rpc.once(Script::SubmitRpcHandler, request::ping(), Vec::new(), reply::parse_ping, deadline).await,
+                        "ping_server returned",
+                    )
+                })
+            }
             AsyncCommand::Submit(batch) => {
                 let pipeline =
                     SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), batch, deadline).start();
                 Box::pin(async move {
-                    pipeline.send(RunPipeline).await.unwrap_or_else(|_| {
-                        CommandResult::Error("error submitting jobs: internal error (the submit pipeline stopped)".into())
-                    })
+                    // The edge: the typed error becomes the result's text here.
+                    match pipeline.send(RunPipeline).await {
+                        Ok(Ok(())) => CommandResult::Ok,
+                        Ok(Err(e)) => CommandResult::Error(auth.redact_in(&e.to_string())),
+                        Err(_) => CommandResult::Error("error submitting jobs: internal error (the submit pipeline stopped)".into()),
+                    }
                 })
             }
             AsyncCommand::QueryBatches { min_mod_time, batches } => {

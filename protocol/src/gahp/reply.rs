@@ -90,6 +90,10 @@ pub enum CommandResult {
     Output { exit_status: i64, elapsed_time: f64, cpu_time: f64 },
     /// Any `BLAH_*` command.
     Blah(BlahResult),
+    /// The arguments already encoded (each escaped, each after a space),
+    /// shared by every request with the same answer: a storm of identical
+    /// queries holds one body however many results wait to be read.
+    Encoded(bytes::Bytes),
 }
 
 impl CommandResult {
@@ -111,9 +115,28 @@ impl CommandResult {
             return result.encode(reqid);
         }
         let mut out = reqid.to_string().into_bytes();
+        self.encode_args(&mut out);
+        out
+    }
+
+    /// This result as [`CommandResult::Encoded`] (a `BLAH_*` result, whose
+    /// fields are not the BOINC_* ones, stays as it is).
+    pub fn into_encoded(self) -> CommandResult {
+        match self {
+            CommandResult::Blah(_) | CommandResult::Encoded(_) => self,
+            other => {
+                let mut args = Vec::new();
+                other.encode_args(&mut args);
+                CommandResult::Encoded(args.into())
+            }
+        }
+    }
+
+    /// ` <arg>...` of a BOINC_* result.
+    fn encode_args(&self, out: &mut Vec<u8>) {
         let mut arg = |a: &[u8]| {
             out.push(b' ');
-            escape_into(a, &mut out);
+            escape_into(a, out);
         };
         match self {
             CommandResult::Ok => arg(b"NULL"),
@@ -135,10 +158,10 @@ impl CommandResult {
                 arg(seconds(*elapsed_time).as_bytes());
                 arg(seconds(*cpu_time).as_bytes());
             }
-            // Returned above: its fields are not the BOINC_* ones.
+            CommandResult::Encoded(args) => out.extend_from_slice(args),
+            // Encoded by `encode`: its fields are not the BOINC_* ones.
             CommandResult::Blah(_) => {}
         }
-        out
     }
 }
 
@@ -215,6 +238,12 @@ mod tests {
         assert!(!CommandResult::Ok.is_error());
         let blah = CommandResult::Blah(BlahResult::Simple { code: 2, error: "e".into() });
         assert_eq!(text(blah.encode(id)), "7 2 e");
+        // Encoded once, the same line for every request id.
+        let batches = CommandResult::Batches { server_time: 1.0, groups: vec![vec![("j 1".into(), "DONE".into())]] };
+        let shared = batches.clone().into_encoded();
+        assert!(matches!(shared, CommandResult::Encoded(_)));
+        assert_eq!(shared.encode(ReqId(9)), batches.encode(ReqId(9)));
+        assert_eq!(text(shared.encode(ReqId(10))), "10 NULL 1.000000 1 j\\ 1 DONE");
         assert!(blah.is_error());
         assert!(!CommandResult::Blah(BlahResult::ok()).is_error());
     }
