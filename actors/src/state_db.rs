@@ -19,7 +19,8 @@ pub struct FileStamp {
 /// `PRAGMA user_version` i to i + 1. Append a step to change the schema;
 /// never edit one that has shipped. Step 1 is the schema that existed
 /// before versioning (hence IF NOT EXISTS: such a database is at version 0).
-const MIGRATIONS: &[&str] = &["CREATE TABLE IF NOT EXISTS md5_cache (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS md5_cache (
          path BLOB PRIMARY KEY,
          size INTEGER NOT NULL,
          mtime_ns INTEGER NOT NULL,
@@ -46,7 +47,22 @@ const MIGRATIONS: &[&str] = &["CREATE TABLE IF NOT EXISTS md5_cache (
          lease_until REAL NOT NULL DEFAULT 0,
          updated REAL NOT NULL
      );
-     CREATE INDEX IF NOT EXISTS blah_jobs_by_dir ON blah_jobs (job_dir, attempt);"];
+     CREATE INDEX IF NOT EXISTS blah_jobs_by_dir ON blah_jobs (job_dir, attempt);",
+    // 2: the broker's routes: which project of a pool holds a batch, and
+    // which batch a job belongs to.
+    "CREATE TABLE broker_batches (
+         pool TEXT NOT NULL,
+         batch TEXT NOT NULL,
+         project TEXT NOT NULL,
+         PRIMARY KEY (pool, batch)
+     );
+     CREATE TABLE broker_jobs (
+         pool TEXT NOT NULL,
+         job TEXT NOT NULL,
+         batch TEXT NOT NULL,
+         PRIMARY KEY (pool, job)
+     );",
+];
 
 /// Brings the schema to the newest version, each step in a transaction of
 /// its own. A database newer than this daemon is refused, not guessed at.
