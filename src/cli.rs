@@ -93,6 +93,8 @@ pub struct BlahFileConfig {
     pub submit_timeout_secs: Option<f64>,
     pub lease_secs: Option<f64>,
     pub output_fetch_attempts: Option<u32>,
+    /// A pool file (see `deploy/pool.toml`); relative to this file.
+    pub pool: Option<PathBuf>,
 }
 
 pub struct Settings {
@@ -165,6 +167,7 @@ pub fn settings(cli: &Cli) -> Result<Settings, String> {
         blah.project_url = b.project_url.or(blah.project_url.take());
         blah.authenticator_file = b.authenticator_file.map(|f| beside(path.as_deref(), &f)).or(blah.authenticator_file.take());
         blah.default_app = b.default_app.or(blah.default_app.take());
+        blah.pool = b.pool.map(|f| beside(path.as_deref(), &f)).or(blah.pool.take());
         if let Some(v) = b.allow_project_override {
             blah.allow_project_override = v;
         }

@@ -245,3 +245,70 @@ fn an_external_rank_function_runs_once_per_ttl_not_per_batch() {
     assert_eq!(submit(&mut g, "f#3", &x), ["NULL"]);
     assert_eq!(calls(), 6);
 }
+
+/// `[blah] pool = ...`: a `batch boinc` job that names no project goes to
+/// the project holding its input; its own Requirements can overrule that.
+#[test]
+fn blah_jobs_through_a_pool_land_on_the_project_with_their_data() {
+    use gahp_protocol::classad::{ClassAd, Value};
+    use gahp_protocol::gahp::BlahCommand;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (Sim::start(), Sim::start());
+    let x = inputs(dir.path(), 1, "xdata");
+    {
+        let seed_dir = dir.path().join("seeder");
+        std::fs::create_dir_all(&seed_dir).unwrap();
+        let mut g = gahp(&seed_dir);
+        g.command_line(b"ASYNC_MODE_ON").unwrap();
+        seed(&mut g, &b, "seed#x", "uppercase", &x);
+    }
+    let sims = [("a", &a), ("b", &b)];
+    pool_file(dir.path(), &sims, "");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[blah]\npool = \"pool.toml\"\nstatus_refresh_secs = 0.3\n").unwrap();
+    let mut g = gahp_with(dir.path(), &["--config", config.to_str().unwrap()], &[]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+
+    let mut job = |name: &str, extra: &[(&str, &str)]| {
+        let iwd = dir.path().join(name);
+        std::fs::create_dir_all(&iwd).unwrap();
+        // Same name and content: BOINC names files by MD5 and extension.
+        std::fs::copy(&x[0], iwd.join(x[0].file_name().unwrap())).unwrap();
+        let mut ad = ClassAd::new();
+        let s = |v: &str| Value::Str(v.into());
+        for (k, v) in [
+            ("In", "/dev/null"),
+            ("Iwd", iwd.to_str().unwrap()),
+            ("GridResource", "batch boinc"),
+            ("JobDirectory", iwd.to_str().unwrap()),
+            ("BoincApp", "uppercase"),
+            ("TransferInput", x[0].file_name().unwrap().to_str().unwrap()),
+            ("Arguments", ""),
+            ("Environment", ""),
+        ] {
+            ad.insert(k, s(v));
+        }
+        for (k, v) in extra {
+            ad.insert(*k, s(v));
+        }
+        let r = g.call(|id| Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }, WAIT).unwrap();
+        assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+        r[2].rsplit('/').next().unwrap().to_string()
+    };
+    let on = |sim: &Sim, batch: &str| !sim.batches_named(batch).is_empty();
+    let wait_on = |sim: &Sim, batch: &str| {
+        let until = std::time::Instant::now() + WAIT;
+        while !on(sim, batch) {
+            assert!(std::time::Instant::now() < until, "{batch} never reached its project: {}", log_text(dir.path()));
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let data_job = job("job1", &[]);
+    wait_on(&b, &data_job);
+    assert!(!on(&a, &data_job));
+    // The job's own Requirements win over the data.
+    let forced = job("job2", &[("BoincRequirements", "TARGET.Name == \"a\"")]);
+    wait_on(&a, &forced);
+    assert!(!on(&b, &forced));
+}

@@ -61,6 +61,8 @@ pub struct BlahConfig {
     pub output_fetch_attempts: u32,
     /// Where this came from, named in hold reasons that ask for a fix.
     pub config_file: Option<PathBuf>,
+    /// A pool file: jobs that name no project are placed by matchmaking.
+    pub pool: Option<PathBuf>,
 }
 
 impl Default for BlahConfig {
@@ -75,6 +77,7 @@ impl Default for BlahConfig {
             lease: Duration::from_secs(7 * 24 * 3600),
             output_fetch_attempts: 5,
             config_file: None,
+            pool: None,
         }
     }
 }

@@ -214,7 +214,7 @@ pub fn start_daemon(
     let queue = ResultQueue::default().start();
     let projects = Projects::new(config.clone(), queue.clone(), stager.clone()).start();
     let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
-    let blah = BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db)?).start();
+    let blah = BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db)?, pools.clone()).start();
     let session = Session::create(|ctx| {
         ctx.add_stream(FramedRead::new(input, GahpDecoder(LineFramer::new(MAX_LINE))));
         Session {

@@ -107,6 +107,8 @@ pub struct Pool {
 pub struct PoolProject {
     pub name: String,
     pub key: ProjectKey,
+    /// As given, resolved against the pool file's directory.
+    pub authenticator_file: PathBuf,
     pub apps: Option<Vec<String>>,
     pub requirements: Expr,
     pub rank: Expr,
@@ -127,16 +129,15 @@ impl Pool {
     /// (relative paths are taken from the pool file's directory).
     pub fn load(path: &Path) -> Result<Pool, PoolError> {
         let text = std::fs::read_to_string(path).map_err(|source| PoolError::Read { path: path.to_path_buf(), source })?;
-        let base = path.parent().unwrap_or(Path::new("."));
         Pool::parse(path, &text, |f| {
-            let f = base.join(f);
-            let key = std::fs::read_to_string(&f).map_err(|e| format!("authenticator file {}: {e}", f.display()))?;
+            let key = std::fs::read_to_string(f).map_err(|e| format!("authenticator file {}: {e}", f.display()))?;
             key.split_whitespace().next().map(str::to_string).ok_or_else(|| format!("authenticator file {} is empty", f.display()))
         })
     }
 
     /// Parses the text; `read_key` turns an authenticator file into its key.
     pub fn parse(path: &Path, text: &str, read_key: impl Fn(&Path) -> Result<String, String>) -> Result<Pool, PoolError> {
+        let base = path.parent().unwrap_or(Path::new("."));
         let invalid = |message: String| PoolError::Invalid { path: path.to_path_buf(), message };
         let file: PoolFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
         let expr = |what: &str, text: Option<&str>, default: &str| {
@@ -160,7 +161,8 @@ impl Pool {
             if !(p.url.starts_with("http://") || p.url.starts_with("https://")) {
                 return Err(invalid(format!("project {}: the url must be http:// or https://", p.name)));
             }
-            let key = read_key(&p.authenticator_file).map_err(|e| invalid(format!("project {}: {e}", p.name)))?;
+            let authenticator_file = base.join(&p.authenticator_file);
+            let key = read_key(&authenticator_file).map_err(|e| invalid(format!("project {}: {e}", p.name)))?;
             let mut attributes = Vec::new();
             for (name, value) in &p.attributes {
                 let e = toml_expr(value).ok_or_else(|| invalid(format!("project {}: attribute {name}: unsupported value", p.name)))?;
@@ -169,6 +171,7 @@ impl Pool {
             projects.push(PoolProject {
                 name: p.name.clone(),
                 key: ProjectKey::new(&p.url, Authenticator::new(key)),
+                authenticator_file,
                 apps: p.apps.clone(),
                 requirements: expr(&format!("project {} requirements", p.name), p.requirements.as_deref(), "true")?,
                 rank: expr(&format!("project {} rank", p.name), p.rank.as_deref(), "0")?,

@@ -21,9 +21,11 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use gahp_protocol::boinc::{reply, request, Script};
-use gahp_protocol::classad::EvalAd;
+use gahp_protocol::classad::expr::Expr;
+use gahp_protocol::classad::{ClassAd, EvalAd, Value};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult, ReqId, SubmitBatch};
 
+use crate::blah::map;
 use crate::broker::data_overlap::{DataOverlap, Overlaps, Uploaded};
 use crate::broker::matchmaker::{
     functions_called, job_ad, project_ad, rank_projects, Gathered, InputData, JobSide, ProjectSide, ProjectStatus, DATA_OVERLAP,
@@ -33,7 +35,7 @@ use crate::broker::project_ads::{CurrentAds, ProjectAds};
 use crate::broker::rank_functions::{RankFunctions, RankValues};
 use crate::broker::routes::Routes;
 use crate::broker::{rpc_client_of, tree_of};
-use crate::config::DaemonConfig;
+use crate::config::{BlahConfig, DaemonConfig};
 use crate::file_stager::{FileStager, Stage};
 use crate::project::rpc::{call, Call, Retry, RpcError};
 use crate::project::tree::Run;
@@ -143,6 +145,81 @@ impl Handler<PoolDispatch> for Pools {
     }
 }
 
+/// Chooses a project of the pool for one BLAH job (`pool` in `[blah]`):
+/// the job's own `+remote_BoincRequirements`/`+remote_BoincRank` override
+/// the pool's defaults. The first matching project that takes the app now
+/// is the answer; the job then stays on it, as if it had named it.
+#[derive(Message)]
+#[rtype(result = "Result<PoolChoice, String>")]
+pub struct PlaceJob {
+    pub pool: PathBuf,
+    pub name: String,
+    /// The app, or why there is none (a hold reason).
+    pub app: Result<String, String>,
+    pub inputs: Vec<PathBuf>,
+    pub requirements: Option<String>,
+    pub rank: Option<String>,
+}
+
+pub struct PoolChoice {
+    pub url: String,
+    pub authenticator_file: PathBuf,
+}
+
+/// The placement a BLAH job asks for: `None` when no pool is configured
+/// or the job names its own project.
+pub fn pool_placement(ad: &ClassAd, cfg: &BlahConfig) -> Option<PlaceJob> {
+    let pool = cfg.pool.clone()?;
+    let named = |n: &str| ad.get_str(n).is_some_and(|v| !v.trim().is_empty());
+    if named("BoincProjectUrl") || named("BoincAuthenticatorFile") {
+        return None;
+    }
+    let iwd = PathBuf::from(ad.get_str("Iwd").unwrap_or(""));
+    let inputs = ad
+        .get_str("TransferInput")
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty() && !e.ends_with('/'))
+        .map(|e| iwd.join(e))
+        .collect();
+    let expr_text = |name: &str| match ad.get(name)? {
+        Value::Str(s) if !s.trim().is_empty() => Some(s.clone()),
+        Value::Str(_) => None,
+        other => Some(other.to_string()),
+    };
+    Some(PlaceJob {
+        pool,
+        name: ad.get_str("JobDirectory").unwrap_or("blah job").to_string(),
+        app: map::choose_app(ad, cfg).map(|(app, _)| app).map_err(|e| e.hold_reason()),
+        inputs,
+        requirements: expr_text("BoincRequirements"),
+        rank: expr_text("BoincRank"),
+    })
+}
+
+impl Handler<PlaceJob> for Pools {
+    type Result = ResponseFuture<Result<PoolChoice, String>>;
+
+    fn handle(&mut self, msg: PlaceJob, _: &mut Context<Self>) -> Self::Result {
+        let handle = match self.pool(&msg.pool) {
+            Ok(h) => h,
+            Err(e) => {
+                let e = format!("{e}; fix it, then condor_release the job");
+                return Box::pin(async move { Err(e) });
+            }
+        };
+        let broker = Broker {
+            pool: handle,
+            projects: self.projects.clone(),
+            stager: self.stager.clone(),
+            routes: self.routes.clone(),
+            floors: self.floors.clone(),
+        };
+        Box::pin(async move { broker.place_job(msg).await })
+    }
+}
+
 /// One command's view of the pool (owned by its task).
 struct Broker {
     pool: PoolHandle,
@@ -150,6 +227,16 @@ struct Broker {
     stager: Addr<FileStager>,
     routes: Routes,
     floors: Floors,
+}
+
+/// What the job side of a match asks for.
+struct Wanted<'a> {
+    name: &'a str,
+    app: &'a str,
+    job_count: usize,
+    /// Overrides of the pool's defaults (a BLAH job's own).
+    requirements: Option<Expr>,
+    rank: Option<Expr>,
 }
 
 /// Where a name leads.
@@ -283,6 +370,10 @@ impl Broker {
         let mut seen = HashSet::new();
         let paths: Vec<PathBuf> =
             batch.jobs.iter().flat_map(|j| j.inputs.iter()).filter(|i| seen.insert(&i.src)).map(|i| i.src.clone()).collect();
+        self.stage(paths).await
+    }
+
+    async fn stage(&self, paths: Vec<PathBuf>) -> Result<Vec<InputData>, String> {
         let staged =
             self.stager.send(Stage(paths)).await.map_err(|_| "internal error: file stager stopped".to_string())?.map_err(|e| e.0)?;
         let mut seen = HashSet::new();
@@ -301,7 +392,8 @@ impl Broker {
             Ok(i) => i,
             Err(e) => return CommandResult::Error(format!("error processing input files: -108 {e}")),
         };
-        let candidates = match self.matchmake(&batch, &inputs).await {
+        let want = Wanted { name: &batch.batch_name, app: &batch.app_name, job_count: batch.jobs.len(), requirements: None, rank: None };
+        let candidates = match self.matchmake(&want, &inputs).await {
             Ok(c) => c,
             Err(e) => return CommandResult::Error(format!("error submitting jobs: {e}")),
         };
@@ -340,10 +432,10 @@ impl Broker {
     }
 
     /// The matching projects, best first.
-    async fn matchmake(&self, batch: &SubmitBatch, inputs: &[InputData]) -> Result<Vec<usize>, String> {
+    async fn matchmake(&self, want: &Wanted<'_>, inputs: &[InputData]) -> Result<Vec<usize>, String> {
         let pool = self.pool();
         let statuses: Vec<ProjectStatus> =
-            self.pool.ads.send(CurrentAds { app: batch.app_name.clone() }).await.map_err(|_| "internal error: project ads stopped")?;
+            self.pool.ads.send(CurrentAds { app: want.app.to_string() }).await.map_err(|_| "internal error: project ads stopped")?;
         let ads: Vec<EvalAd> = pool
             .projects
             .iter()
@@ -355,12 +447,12 @@ impl Broker {
             })
             .collect();
         let job = job_ad(&JobSide {
-            batch_name: &batch.batch_name,
-            app: &batch.app_name,
-            job_count: batch.jobs.len(),
+            batch_name: want.name,
+            app: want.app,
+            job_count: want.job_count,
             inputs,
-            requirements: pool.requirements.clone(),
-            rank: pool.rank.clone(),
+            requirements: want.requirements.clone().unwrap_or_else(|| pool.requirements.clone()),
+            rank: want.rank.clone().unwrap_or_else(|| pool.rank.clone()),
         });
         let up: Vec<usize> = (0..statuses.len()).filter(|&i| statuses[i].up == Some(true)).collect();
         let mut gathered =
@@ -369,7 +461,7 @@ impl Broker {
             let values: Vec<Option<f64>> = if f == DATA_OVERLAP {
                 self.pool.overlap.send(Overlaps { files: inputs.to_vec(), projects: up.clone() }).await.map_err(|_| "internal error")?
             } else if gathered.defined.contains(&f) {
-                let job_data = job_data_key(&batch.app_name, inputs);
+                let job_data = job_data_key(want.app, inputs);
                 let job = Arc::new(job.clone());
                 let projects = up.iter().map(|&i| (i, Arc::new(ads[i].clone()))).collect();
                 self.pool.functions.send(RankValues { function: f.clone(), job_data, job, projects }).await.map_err(|_| "internal error")?
@@ -385,11 +477,44 @@ impl Broker {
         let ranked = rank_projects(&job, &ads, &gathered);
         tracing::info!(
             pool = %self.pool.id,
-            batch = %batch.batch_name,
+            batch = %want.name,
             "matches: {}",
             ranked.iter().map(|c| format!("{} (rank {}, {})", pool.projects[c.project].name, c.job_rank, c.project_rank)).collect::<Vec<_>>().join(", ")
         );
         Ok(ranked.into_iter().map(|c| c.project).collect())
+    }
+
+    async fn place_job(&self, job: PlaceJob) -> Result<PoolChoice, String> {
+        let app = job.app?;
+        let parse = |what: &str, text: Option<String>| {
+            text.map(|t| {
+                Expr::parse(&t)
+                    .map_err(|e| format!("the job's {what} is not a ClassAd expression ({e}); fix it, then condor_release the job"))
+            })
+            .transpose()
+        };
+        let want = Wanted {
+            name: &job.name,
+            app: &app,
+            job_count: 1,
+            requirements: parse("+remote_BoincRequirements", job.requirements)?,
+            rank: parse("+remote_BoincRank", job.rank)?,
+        };
+        let inputs = self.stage(job.inputs).await.map_err(|e| format!("can't read an input file: {e}"))?;
+        let mut skipped = Vec::new();
+        for p in self.matchmake(&want, &inputs).await? {
+            let project = &self.pool().projects[p];
+            match self.probe(p, &app).await {
+                Ok(()) => {
+                    tracing::info!(pool = %self.pool.id, project = %project.name, job = %job.name, "BLAH job placed");
+                    self.pool.overlap.do_send(Uploaded { project: p, names: inputs.iter().map(|f| f.phys_name.clone()).collect() });
+                    return Ok(PoolChoice { url: project.key.url.clone(), authenticator_file: project.authenticator_file.clone() });
+                }
+                Err(why) => skipped.push(format!("{}: {why}", project.name)),
+            }
+        }
+        let why = if skipped.is_empty() { "none matches the job's Requirements".to_string() } else { skipped.join("; ") };
+        Err(format!("no project of the pool {} takes the job ({why})", self.pool().path.display()))
     }
 
     /// Whether project `p` takes the app now (up, app known, access).
