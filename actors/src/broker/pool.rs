@@ -267,6 +267,14 @@ mod tests {
     }
 
     #[test]
+    fn the_example_in_deploy_is_valid() {
+        let pool = parse(include_str!("../../../deploy/pool.toml")).unwrap();
+        assert_eq!(pool.projects.len(), 2);
+        assert_eq!(pool.functions[0].name, "site_rank");
+        assert_eq!(pool.requirements.to_string(), Expr::parse(DEFAULT_REQUIREMENTS).unwrap().to_string());
+    }
+
+    #[test]
     fn bad_pool_files_are_refused_with_a_reason() {
         for (text, why) in [
             ("", "no [[project]]"),
