@@ -209,10 +209,10 @@ fn matchmaking_cpu(sizes: &[u64], batches: &[Batch]) -> (f64, f64) {
             });
             let total: u64 = inputs.iter().map(|f| f.size).sum();
             let mut g = Gathered::default();
-            for p in 0..PROJECTS {
+            for (p, name) in names.iter().enumerate() {
                 let have: u64 =
                     inputs.iter().filter(|f| cache.get(&(p, f.phys_name.clone())).copied().unwrap_or(false)).map(|f| f.size).sum();
-                g.values.insert((DATA_OVERLAP.into(), names[p].clone()), have as f64 / total as f64);
+                g.values.insert((DATA_OVERLAP.into(), name.clone()), have as f64 / total as f64);
             }
             sink += rank_projects(&job, &ads, &g).len();
             if round > 0 {
@@ -226,6 +226,9 @@ fn matchmaking_cpu(sizes: &[u64], batches: &[Batch]) -> (f64, f64) {
     (mean, times[times.len() * 99 / 100])
 }
 
+/// A panel of the chart: its title, the value it shows, the unit.
+type Panel = (&'static str, fn(&Outcome) -> f64, &'static str);
+
 /// A two-panel bar chart of the outcomes.
 fn svg(results: &[(Strategy, Outcome)], cpu: (f64, f64)) -> String {
     let (w, h) = (760.0, 360.0);
@@ -236,10 +239,7 @@ fn svg(results: &[(Strategy, Outcome)], cpu: (f64, f64)) -> String {
         w / 2.0
     );
     let colors = ["#8c8c8c", "#c9a227", "#2b7bb9", "#3a9d5d"];
-    let panels: [(&str, Box<dyn Fn(&Outcome) -> f64>, &str); 2] = [
-        ("Bytes uploaded (GB)", Box::new(|o: &Outcome| o.bytes as f64 / 1e9), "GB"),
-        ("Makespan (hours)", Box::new(|o: &Outcome| o.makespan / 3600.0), "h"),
-    ];
+    let panels: [Panel; 2] = [("Bytes uploaded (GB)", |o| o.bytes as f64 / 1e9, "GB"), ("Makespan (hours)", |o| o.makespan / 3600.0, "h")];
     for (k, (title, value, unit)) in panels.iter().enumerate() {
         let (x0, y0, pw, ph) = (40.0 + k as f64 * 370.0, 60.0, 330.0, 230.0);
         out.push_str(&format!(
