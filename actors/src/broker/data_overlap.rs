@@ -116,6 +116,7 @@ async fn absent_of(pool: &Pool, p: usize, projects: &Addr<Projects>, names: &[St
         match call(&rpc, Call::new(Script::JobFile, xml, reply::parse_query_files, Retry::Idempotent, deadline)).await {
             Ok(idx) => absent.extend(idx.into_iter().filter_map(|i| chunk.get(i).cloned())),
             Err(e) => {
+                let e = project.key.authenticator.redact_in(&e.to_string());
                 tracing::info!(project = %project.name, "can't ask which files the project holds: {e}");
                 return None;
             }

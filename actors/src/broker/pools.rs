@@ -136,9 +136,17 @@ impl Handler<PoolDispatch> for Pools {
         // Placement may try several projects; this is the net under it.
         let limit = self.config.command_timeout + Duration::from_secs(15);
         actix_rt::spawn(async move {
-            let result = match tokio::time::timeout(limit, broker.run(command)).await {
-                Ok(result) => result,
-                Err(_) => CommandResult::Error(format!("{code} timed out after {} s", limit.as_secs())),
+            // Its own task, so that a panic in it still gets a result.
+            let mut work = actix_rt::spawn(broker.run(command));
+            let result = match tokio::time::timeout(limit, &mut work).await {
+                Ok(Ok(result)) => result,
+                Ok(Err(_)) => {
+                    CommandResult::Error(format!("{code} failed: internal error in the broker; the command may not have completed"))
+                }
+                Err(_) => {
+                    work.abort();
+                    CommandResult::Error(format!("{code} timed out after {} s", limit.as_secs()))
+                }
             };
             queue.do_send(Complete { reqid, result });
         });
@@ -216,7 +224,8 @@ impl Handler<PlaceJob> for Pools {
             routes: self.routes.clone(),
             floors: self.floors.clone(),
         };
-        Box::pin(async move { broker.place_job(msg).await })
+        let work = actix_rt::spawn(async move { broker.place_job(msg).await });
+        Box::pin(async move { work.await.unwrap_or_else(|_| Err("internal error in the broker; condor_release the job".into())) })
     }
 }
 

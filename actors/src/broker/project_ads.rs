@@ -161,11 +161,14 @@ async fn measure(pool: &Pool, i: usize, projects: &Addr<Projects>, apps: &[Strin
                 Ok(_) => checked.push((app.clone(), true)),
                 Err(RpcError::Boinc { .. }) => checked.push((app.clone(), false)),
                 // Unknown this time; asked again next time.
-                Err(e) => tracing::info!(project = %project.name, app = %app, "can't check the app: {e}"),
+                Err(e) => tracing::info!(project = %project.name, app = %app, "can't check the app: {}", auth.redact_in(&e.to_string())),
             }
         }
     }
-    let stats = stats(&rpc, auth, deadline).await.map_err(|e| tracing::info!(project = %project.name, "can't count jobs: {e}")).ok();
+    let stats = stats(&rpc, auth, deadline)
+        .await
+        .map_err(|e| tracing::info!(project = %project.name, "can't count jobs: {}", auth.redact_in(&e.to_string())))
+        .ok();
     Measured { up: true, apps: checked, stats }
 }
 
