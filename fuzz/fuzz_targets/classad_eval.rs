@@ -23,11 +23,11 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(Expr::parse(&shown).as_ref(), Ok(&e), "display/parse mismatch: {shown:?}");
         let mut me = EvalAd::new();
         me.insert("X", e.clone());
-        let env = Env::new(&me, &other, &NoFunctions);
-        let a = format!("{:?}", env.attr(0, "X"));
-        let b = format!("{:?}", env.eval(0, &e));
+        // Twice, each with a fresh reference budget.
+        let a = format!("{:?}", Env::new(&me, &other, &NoFunctions).attr(0, "X"));
+        let b = format!("{:?}", Env::new(&me, &other, &NoFunctions).attr(0, "X"));
         assert_eq!(a, b, "evaluation is not deterministic");
-        let _ = env.eval(1, &e);
+        let _ = Env::new(&me, &other, &NoFunctions).eval(1, &e);
     }
     if let Ok(ad) = EvalAd::parse(&text) {
         let env = Env::new(&ad, &other, &NoFunctions);

@@ -21,7 +21,8 @@
 //!   caller's [`Functions`], and is `error` if it does not know it.
 //!
 //! A chain of references deeper than [`MAX_REFERENCE_DEPTH`] (a cycle such
-//! as `A = B; B = A`) is `error`, so evaluation always ends.
+//! as `A = B; B = A`) is `error`, and so is every reference after the
+//! first [`MAX_REFERENCES`] of one [`Env`], so evaluation always ends soon.
 
 use std::collections::HashMap;
 
@@ -30,6 +31,11 @@ use super::{ClassAd, ClassAdError, Value};
 
 /// Nested attribute references followed before giving `error`.
 pub const MAX_REFERENCE_DEPTH: usize = 16;
+
+/// Attribute references one [`Env`] follows in all, after which every
+/// further one is `error`: the depth bound alone lets `A = B + B + B; B =
+/// A + A + A` take 3^16 steps.
+pub const MAX_REFERENCES: usize = 100_000;
 
 /// An evaluated value.
 #[derive(Debug, Clone, PartialEq)]
@@ -162,11 +168,12 @@ impl Functions for NoFunctions {
 pub struct Env<'a> {
     ads: [&'a EvalAd; 2],
     functions: &'a dyn Functions,
+    references: std::cell::Cell<usize>,
 }
 
 impl<'a> Env<'a> {
     pub fn new(left: &'a EvalAd, right: &'a EvalAd, functions: &'a dyn Functions) -> Self {
-        Env { ads: [left, right], functions }
+        Env { ads: [left, right], functions, references: std::cell::Cell::new(0) }
     }
 
     /// Evaluates attribute `name` of ad `side` (0 left, 1 right) in that
@@ -181,7 +188,9 @@ impl<'a> Env<'a> {
     }
 
     fn attr_at(&self, side: usize, name: &str, depth: usize) -> Val {
-        if depth > MAX_REFERENCE_DEPTH {
+        let n = self.references.get() + 1;
+        self.references.set(n);
+        if depth > MAX_REFERENCE_DEPTH || n > MAX_REFERENCES {
             return Val::Error;
         }
         match self.ads[side].get(name) {
@@ -673,6 +682,17 @@ mod tests {
         assert_eq!(eval_in("A", &a, &EvalAd::new()), Val::Error);
         assert_eq!(eval_in("C", &a, &EvalAd::new()), Val::Error);
         assert_eq!(eval_in("R", &a, &b), Val::Error);
+    }
+
+    #[test]
+    fn exponential_reference_fans_end_quickly() {
+        let a = ad("[ A = B + B + B + B; B = A + A + A + A; C = 1 ]");
+        let started = std::time::Instant::now();
+        let env = Env::new(&a, &a, &NoFunctions);
+        assert_eq!(env.attr(0, "A"), Val::Error);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+        // The budget is per Env: a new one evaluates normally.
+        assert_eq!(Env::new(&a, &a, &NoFunctions).attr(0, "C"), Val::Int(1));
     }
 
     #[test]
