@@ -90,6 +90,7 @@ pub fn settings(cli: &Cli) -> Result<Settings, String> {
         None => DaemonConfig::default(),
     };
     d.blah.authenticator_file = d.blah.authenticator_file.take().map(|f| beside(path.as_deref(), &f));
+    d.blah.pool = d.blah.pool.take().map(|f| beside(path.as_deref(), &f));
     d.blah.config_file = path;
     if let Some(f) = std::env::var_os("GAHP_SSL_CAFILE").filter(|f| !f.is_empty()) {
         d.ca_files.push(PathBuf::from(f));

@@ -101,6 +101,10 @@ pub struct BlahConfig {
     /// Where this came from, named in hold reasons that ask for a fix.
     #[serde(skip)]
     pub config_file: Option<PathBuf>,
+    /// A pool file: jobs that name no project are placed by matchmaking.
+    /// `~/` is the home directory; a relative path is relative to the
+    /// config file.
+    pub pool: Option<PathBuf>,
 }
 
 impl Default for BlahConfig {
@@ -117,6 +121,7 @@ impl Default for BlahConfig {
             batch_window: Duration::from_secs(2),
             batch_max_jobs: 1000,
             config_file: None,
+            pool: None,
         }
     }
 }

@@ -13,6 +13,9 @@
 //!                              │    tree: RpcClient, SubmitPipeline)
 //!                              └─Complete─▶ ResultQueue
 //! ```
+//! Session ──PoolDispatch──▶ broker::pools::Pools (a pool selected with
+//!    `pool:<path>`: matchmaking, then the chosen project's tree)
+//!
 //! The modules mirror the tree: `project/` is what one project owns,
 //! `blah/` the BLAH front end. Each actor lives in its own file with its
 //! messages beside it.
@@ -21,6 +24,7 @@
 
 pub mod atomic_file;
 pub mod blah;
+pub mod broker;
 pub mod clock;
 pub mod config;
 pub mod file_stager;

@@ -14,6 +14,7 @@ use tokio_util::codec::{Decoder, FramedRead};
 
 use crate::blah::jobs::{BlahDispatch, BlahJobs};
 use crate::blah::store::{BlahStore, Gathering};
+use crate::broker::pools::{PoolDispatch, Pools};
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::ProjectKey;
@@ -25,10 +26,16 @@ use crate::state_db::StateDb;
 /// in memory (a 100,000-job BOINC_SUBMIT is about 15 MB).
 pub const MAX_LINE: usize = 256 << 20;
 
+/// `BOINC_SELECT_PROJECT pool:<path> -` selects the pool in that file.
+pub const POOL_PREFIX: &str = "pool:";
+
 pub struct Session {
     out: Box<dyn Write>,
     prefix: Vec<u8>,
     current: Option<ProjectKey>,
+    /// A pool selected with `BOINC_SELECT_PROJECT pool:<path> -`.
+    pool: Option<std::path::PathBuf>,
+    pools: Addr<Pools>,
     queue: Addr<ResultQueue>,
     projects: Addr<Projects>,
     blah: Addr<BlahJobs>,
@@ -92,11 +99,24 @@ impl Session {
                 self.prefix = prefix;
             }
             Request::SelectProject { url, authenticator } => {
-                self.current = Some(ProjectKey::new(&url, authenticator));
+                match url.strip_prefix(POOL_PREFIX) {
+                    Some(path) => {
+                        self.current = None;
+                        self.pool = Some(path.into());
+                    }
+                    None => {
+                        self.pool = None;
+                        self.current = Some(ProjectKey::new(&url, authenticator));
+                    }
+                }
                 self.reply(ReturnLine::Success);
             }
             Request::Async { reqid, command } => {
                 // Bind the command to the project selected now (invariant 4).
+                if let Some(pool) = self.pool.clone() {
+                    self.accept(reqid, ctx, move |act| act.pools.do_send(PoolDispatch { reqid, pool, command }));
+                    return;
+                }
                 let project = self.current.clone();
                 self.accept(reqid, ctx, move |act| act.projects.do_send(Dispatch { reqid, project, command }));
             }
@@ -199,17 +219,22 @@ pub fn start_daemon(
     let stager = FileStager::new(db.clone(), config.hash_threads).start();
     let queue = ResultQueue::default().start();
     let projects = Projects::new(config.clone(), queue.clone(), stager.clone()).start();
-    let blah = BlahJobs::new(
-        config.clone(),
-        queue.clone(),
-        projects.clone(),
-        stager,
-        BlahStore::new(db, Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs))?,
-    )
-    .start();
+    let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
+    let gathering = Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs);
+    let blah =
+        BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db, gathering)?, pools.clone()).start();
     let session = Session::create(|ctx| {
         ctx.add_stream(FramedRead::new(input, GahpDecoder(LineFramer::new(MAX_LINE))));
-        Session { out: output, prefix: Vec::new(), current: initial_project, queue: queue.clone(), projects: projects.clone(), blah }
+        Session {
+            out: output,
+            prefix: Vec::new(),
+            current: initial_project,
+            pool: None,
+            pools,
+            queue: queue.clone(),
+            projects: projects.clone(),
+            blah,
+        }
     });
     queue.do_send(SetSession(session.clone().recipient()));
     Ok(DaemonHandles { session, queue, projects })

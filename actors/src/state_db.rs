@@ -52,6 +52,20 @@ const MIGRATIONS: &[&str] = &[
     // batch of its own name, as every job had before).
     "ALTER TABLE blah_jobs ADD COLUMN boinc_batch TEXT;
      CREATE INDEX blah_jobs_by_boinc_batch ON blah_jobs (boinc_batch);",
+    // 3: the broker's routes: which project of a pool holds a batch, and
+    // which batch a job belongs to.
+    "CREATE TABLE broker_batches (
+         pool TEXT NOT NULL,
+         batch TEXT NOT NULL,
+         project TEXT NOT NULL,
+         PRIMARY KEY (pool, batch)
+     );
+     CREATE TABLE broker_jobs (
+         pool TEXT NOT NULL,
+         job TEXT NOT NULL,
+         batch TEXT NOT NULL,
+         PRIMARY KEY (pool, job)
+     );",
 ];
 
 /// Brings the schema to the newest version, each step in a transaction of

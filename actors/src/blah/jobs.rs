@@ -27,6 +27,7 @@ use crate::blah::map::{self, JobId, MapError, UNCONFIGURED};
 use crate::blah::outputs::held_ad;
 use crate::blah::project::{BlahProject, Cancel, Delivered, Ping, Status, Track};
 use crate::blah::store::{self, BlahStore};
+use crate::broker::pools::{pool_placement, Pools};
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::ProjectKey;
@@ -42,6 +43,7 @@ pub struct BlahJobs {
     projects: Addr<Projects>,
     stager: Addr<FileStager>,
     store: BlahStore,
+    pools: Addr<Pools>,
     /// Projects jobs were submitted to: key -> (URL, authenticator file).
     known: HashMap<String, (String, PathBuf)>,
     running: HashMap<String, Addr<BlahProject>>,
@@ -54,8 +56,9 @@ impl BlahJobs {
         projects: Addr<Projects>,
         stager: Addr<FileStager>,
         store: BlahStore,
+        pools: Addr<Pools>,
     ) -> Self {
-        BlahJobs { config, queue, projects, stager, store, known: HashMap::new(), running: HashMap::new() }
+        BlahJobs { config, queue, projects, stager, store, pools, known: HashMap::new(), running: HashMap::new() }
     }
 
     /// The actor of a project key, started on first use. Err: a hold
@@ -130,39 +133,39 @@ impl BlahJobs {
         let gather_key = map::choose_app(ad, &self.config.blah)
             .ok()
             .map(|(app, _)| format!("{app}\n{}", ad.get("RequestMemory").map(|v| v.to_string()).unwrap_or_default()));
+        // A job that names no project goes where the pool's matchmaking puts it.
+        if let Some(place) = pool_placement(ad, &self.config.blah) {
+            let (pools, store, me, text) = (self.pools.clone(), self.store.clone(), ctx.address(), ad.to_string());
+            return Box::pin(async move {
+                let (pkey, held) = match pools.send(place).await {
+                    Ok(Ok(choice)) => me
+                        .send(Learn(choice.url, choice.authenticator_file))
+                        .await
+                        .unwrap_or_else(|_| (UNCONFIGURED.to_string(), Some("internal error: the BLAH front end stopped".into()))),
+                    Ok(Err(reason)) => (UNCONFIGURED.to_string(), Some(reason)),
+                    Err(_) => (UNCONFIGURED.to_string(), Some("internal error: the broker stopped".into())),
+                };
+                claim(store, me, job_dir, pkey, held, text, gather_key).await
+            });
+        }
         let (pkey, held) = match map::choose_project(ad, &self.config.blah) {
-            Ok(choice) => {
-                let pkey = map::project_key(&choice.url, &choice.authenticator_file);
-                if !self.known.contains_key(&pkey) {
-                    let (k, u, f) = (pkey.clone(), choice.url.clone(), choice.authenticator_file.clone());
-                    self.store.write("record a project", move |c| store::add_project(c, &k, &u, &f));
-                    self.known.insert(pkey.clone(), (choice.url, choice.authenticator_file));
-                }
-                let held = self.project(&pkey).err();
-                (pkey, held)
-            }
+            Ok(choice) => self.learn(choice.url, choice.authenticator_file),
             Err(e) => (UNCONFIGURED.to_string(), Some(e.hold_reason())),
         };
-        let (store, text, me, gathering) = (self.store.clone(), ad.to_string(), ctx.address(), self.store.gathering.clone());
-        Box::pin(async move {
-            let claimed = store
-                .read(move |c| {
-                    let hold = held.map(|reason| move |batch: &str| held_ad(batch, &reason).to_string());
-                    let key = gather_key.map(|k| format!("{pkey}\n{k}"));
-                    let gather = key.as_deref().map(|k| (&gathering, k));
-                    store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String), gather)
-                })
-                .await;
-            match claimed {
-                Ok((project, batch, job)) => {
-                    let id = JobId { project, batch, job };
-                    let text = id.to_string();
-                    me.do_send(Claimed(id));
-                    BlahResult::submitted(text)
-                }
-                Err(e) => BlahResult::Submit { code: 1, error: format!("boinc-gahp can't record the job: {e}"), job_id: None },
-            }
-        })
+        Box::pin(claim(self.store.clone(), ctx.address(), job_dir, pkey, held, ad.to_string(), gather_key))
+    }
+
+    /// Records a project a job was placed on (by key) and starts its actor;
+    /// the hold reason if it can't be used.
+    fn learn(&mut self, url: String, authenticator_file: PathBuf) -> (String, Option<String>) {
+        let pkey = map::project_key(&url, &authenticator_file);
+        if !self.known.contains_key(&pkey) {
+            let (k, u, f) = (pkey.clone(), url.clone(), authenticator_file.clone());
+            self.store.write("record a project", move |c| store::add_project(c, &k, &u, &f));
+            self.known.insert(pkey.clone(), (url, authenticator_file));
+        }
+        let held = self.project(&pkey).err();
+        (pkey, held)
     }
 
     fn status(&mut self, job_id: &str) -> Work {
@@ -221,6 +224,38 @@ impl BlahJobs {
 
 /// The work of one command, run as a task of its own.
 type Work = LocalBoxFuture<'static, BlahResult>;
+
+/// Records the job's attempt on project `pkey` (held with `held` if set;
+/// else joining the open BOINC batch of its gathering key, if any) and
+/// answers its id.
+async fn claim(
+    store: BlahStore,
+    me: Addr<BlahJobs>,
+    job_dir: String,
+    pkey: String,
+    held: Option<String>,
+    text: String,
+    gather_key: Option<String>,
+) -> BlahResult {
+    let gathering = store.gathering.clone();
+    let claimed = store
+        .read(move |c| {
+            let hold = held.map(|reason| move |batch: &str| held_ad(batch, &reason).to_string());
+            let key = gather_key.map(|k| format!("{pkey}\n{k}"));
+            let gather = key.as_deref().map(|k| (&gathering, k));
+            store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String), gather)
+        })
+        .await;
+    match claimed {
+        Ok((project, batch, job)) => {
+            let id = JobId { project, batch, job };
+            let text = id.to_string();
+            me.do_send(Claimed(id));
+            BlahResult::submitted(text)
+        }
+        Err(e) => BlahResult::Submit { code: 1, error: format!("boinc-gahp can't record the job: {e}"), job_id: None },
+    }
+}
 
 fn ready(r: BlahResult) -> Work {
     Box::pin(std::future::ready(r))
@@ -305,6 +340,18 @@ impl Handler<BlahDispatch> for BlahJobs {
                 project.do_send(Delivered { id });
             }
         });
+    }
+}
+
+/// A project the pool chose for a job: record it (see `BlahJobs::learn`).
+#[derive(Message)]
+#[rtype(result = "(String, Option<String>)")]
+struct Learn(String, PathBuf);
+
+impl Handler<Learn> for BlahJobs {
+    type Result = MessageResult<Learn>;
+    fn handle(&mut self, msg: Learn, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.learn(msg.0, msg.1))
     }
 }
 

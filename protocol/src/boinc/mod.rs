@@ -100,6 +100,10 @@ pub struct BatchInfo {
     pub njobs: i64,
     pub create_time: f64,
     pub expire_time: f64,
+    /// 0 until the batch is complete.
+    pub completion_time: f64,
+    pub fraction_done: f64,
+    pub nerror_jobs: i64,
     /// Job names (only `query_batch` lists them).
     pub jobs: Vec<String>,
 }

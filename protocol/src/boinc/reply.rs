@@ -309,6 +309,9 @@ fn batch_field(batch: &mut BatchInfo, name: &[u8], r: &mut Reader) {
         b"njobs" => batch.njobs = r.int(name).unwrap_or(0),
         b"create_time" => batch.create_time = r.double(name).unwrap_or(0.0),
         b"expire_time" => batch.expire_time = r.double(name).unwrap_or(0.0),
+        b"completion_time" => batch.completion_time = r.double(name).unwrap_or(0.0),
+        b"fraction_done" => batch.fraction_done = r.double(name).unwrap_or(0.0),
+        b"nerror_jobs" => batch.nerror_jobs = r.int(name).unwrap_or(0),
         b"name" => batch.name = r.value(name).unwrap_or_default(),
         b"app_name" => batch.app_name = r.value(name).unwrap_or_default(),
         _ => {}

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use super::blah::BlahResult;
 use super::error_text::truncate;
 pub use super::error_text::MAX_ERROR_LEN;
-use super::escape::{escape_into, join_args};
+use super::escape::{escape_into, join_args, split_args};
 use super::reqid::ReqId;
 
 /// The banner (§1.3), also the `VERSION` reply after `S `. Spaces inside
@@ -129,6 +129,37 @@ impl CommandResult {
                 other.encode_args(&mut args);
                 CommandResult::Encoded(args.into())
             }
+        }
+    }
+
+    /// The answer of a BOINC_QUERY_BATCHES, structured or already encoded
+    /// (the batch monitor shares one encoded body among all who asked): the
+    /// server time and, per batch, its (job, status) pairs. `None` for any
+    /// other result or an encoding that is not such an answer.
+    #[allow(clippy::type_complexity)]
+    pub fn batches(&self) -> Option<(f64, Vec<Vec<(String, String)>>)> {
+        match self {
+            CommandResult::Batches { server_time, groups } => Some((*server_time, groups.clone())),
+            CommandResult::Encoded(args) => {
+                // ` NULL <server_time> {<n> {<job> <status>}*n}*`
+                let fields = split_args(args.strip_prefix(b" ")?);
+                let mut it = fields.into_iter().map(|f| String::from_utf8(f).ok());
+                if it.next()?? != "NULL" {
+                    return None;
+                }
+                let server_time: f64 = it.next()??.parse().ok()?;
+                let mut groups = Vec::new();
+                while let Some(n) = it.next() {
+                    let n: usize = n?.parse().ok()?;
+                    let mut group = Vec::new();
+                    for _ in 0..n {
+                        group.push((it.next()??, it.next()??));
+                    }
+                    groups.push(group);
+                }
+                Some((server_time, groups))
+            }
+            _ => None,
         }
     }
 
@@ -261,5 +292,19 @@ mod tests {
         let cut = sanitize_message(&long);
         assert!(cut.starts_with("xé") && cut.ends_with("... (truncated)"));
         assert!(cut.len() <= MAX_ERROR_LEN + 20);
+    }
+
+    #[test]
+    fn an_encoded_query_answer_reads_back_as_batches() {
+        let groups = vec![
+            vec![("a b".to_string(), "DONE".to_string()), ("c\\d".into(), "ERROR".into())],
+            vec![],
+            vec![("e".into(), "IN_PROGRESS".into())],
+        ];
+        let answer = CommandResult::Batches { server_time: 1795000000.5, groups: groups.clone() };
+        assert_eq!(answer.batches(), Some((1795000000.5, groups.clone())));
+        assert_eq!(answer.into_encoded().batches(), Some((1795000000.5, groups)));
+        assert_eq!(CommandResult::Ok.into_encoded().batches(), None);
+        assert_eq!(CommandResult::Encoded(bytes::Bytes::from_static(b" NULL 1.0 2 a DONE")).batches(), None, "a group cut short");
     }
 }

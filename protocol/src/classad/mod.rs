@@ -23,6 +23,16 @@
 //!
 //! Not supported (the gridmanager never writes them): comments, and the
 //! old-ClassAd syntax (`Name = value` lines without brackets).
+//!
+//! [`expr`] parses full expressions on the same lexical rules, and
+//! [`eval`] evaluates them for two-sided matchmaking (the broker's
+//! Requirements and Rank).
+
+pub mod eval;
+pub mod expr;
+
+pub use eval::{Env, EvalAd, Functions, NoFunctions, Val};
+pub use expr::Expr;
 
 use std::collections::hash_map::{Entry, HashMap};
 use std::fmt;

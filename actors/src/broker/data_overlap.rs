@@ -1,0 +1,144 @@
+//! DataOverlap: one per pool. Answers `boinc_data_overlap`: the fraction of
+//! a batch's input bytes a project already holds. BOINC names input files
+//! by content (MD5), so a project's download store is a data catalogue:
+//! `query_files` without a batch id lists which of the names it lacks, and
+//! has no side effect.
+//!
+//! The cache keeps, per project and file name, whether the project had the
+//! file, for the pool's `rank_cache_ttl_secs`; a file a batch uploaded is
+//! recorded as present when the submit succeeds. A project that can't be
+//! asked has no overlap (the function is `undefined` for it).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+use gahp_protocol::boinc::{reply, request, Script};
+
+use crate::broker::matchmaker::InputData;
+use crate::broker::pool::Pool;
+use crate::broker::rpc_client_of;
+use crate::project::rpc::Rpc;
+use crate::projects::Projects;
+
+/// File names per query_files call (the request stays small).
+const NAMES_PER_QUERY: usize = 1000;
+
+pub struct DataOverlap {
+    pool: Arc<Pool>,
+    projects: Addr<Projects>,
+    /// (project index, file name) -> (present, when learnt).
+    known: HashMap<(usize, String), (bool, Instant)>,
+}
+
+impl DataOverlap {
+    pub fn new(pool: Arc<Pool>, projects: Addr<Projects>) -> Self {
+        DataOverlap { pool, projects, known: HashMap::new() }
+    }
+
+    fn fresh(&self, project: usize, name: &str) -> Option<bool> {
+        self.known.get(&(project, name.to_string())).filter(|(_, at)| at.elapsed() < self.pool.rank_cache_ttl).map(|(p, _)| *p)
+    }
+}
+
+impl Actor for DataOverlap {
+    type Context = Context<Self>;
+}
+
+/// The overlap of `files` with each of `projects` (same order); `None`
+/// where the project could not be asked.
+#[derive(Message)]
+#[rtype(result = "Vec<Option<f64>>")]
+pub struct Overlaps {
+    pub files: Vec<InputData>,
+    pub projects: Vec<usize>,
+}
+
+impl Handler<Overlaps> for DataOverlap {
+    type Result = ResponseActFuture<Self, Vec<Option<f64>>>;
+
+    fn handle(&mut self, msg: Overlaps, _: &mut Context<Self>) -> Self::Result {
+        let asks: Vec<(usize, Vec<String>)> = msg
+            .projects
+            .iter()
+            .map(|&p| (p, msg.files.iter().filter(|f| self.fresh(p, &f.phys_name).is_none()).map(|f| f.phys_name.clone()).collect()))
+            .filter(|(_, names): &(usize, Vec<String>)| !names.is_empty())
+            .collect();
+        let (pool, projects) = (self.pool.clone(), self.projects.clone());
+        let fut = join_all(asks.into_iter().map(move |(p, names)| {
+            let (pool, projects) = (pool.clone(), projects.clone());
+            async move { (p, absent_of(&pool, p, &projects, &names).await.map(|absent| (names, absent))) }
+        }));
+        Box::pin(fut.into_actor(self).map(move |answers, act, _| {
+            let now = Instant::now();
+            let mut failed = Vec::new();
+            for (p, answer) in answers {
+                match answer {
+                    Some((names, absent)) => {
+                        for n in names {
+                            let present = !absent.contains(&n);
+                            act.known.insert((p, n), (present, now));
+                        }
+                    }
+                    None => failed.push(p),
+                }
+            }
+            act.known.retain(|_, (_, at)| at.elapsed() < act.pool.rank_cache_ttl);
+            let total: u64 = msg.files.iter().map(|f| f.size).sum();
+            msg.projects
+                .iter()
+                .map(|&p| {
+                    if failed.contains(&p) {
+                        return None;
+                    }
+                    if total == 0 {
+                        return Some(0.0);
+                    }
+                    let held: u64 = msg.files.iter().filter(|f| act.fresh(p, &f.phys_name) == Some(true)).map(|f| f.size).sum();
+                    Some(held as f64 / total as f64)
+                })
+                .collect()
+        }))
+    }
+}
+
+/// The names project `p` lacks, or `None` if it can't be asked.
+async fn absent_of(pool: &Pool, p: usize, projects: &Addr<Projects>, names: &[String]) -> Option<Vec<String>> {
+    let project = &pool.projects[p];
+    let rpc = rpc_client_of(projects, &project.key).await?;
+    let deadline = Instant::now() + pool.probe_timeout;
+    let mut absent = Vec::new();
+    for chunk in names.chunks(NAMES_PER_QUERY) {
+        // No batch id: the server only looks (spec §5.1).
+        let xml = request::query_files(&project.key.authenticator, None, chunk);
+        match rpc.idempotent(Script::JobFile, xml, reply::parse_query_files, deadline).await {
+            Ok(idx) => absent.extend(idx.into_iter().filter_map(|i| chunk.get(i).cloned())),
+            Err(e) => {
+                let e = project.key.authenticator.redact_in(&e.to_string());
+                tracing::info!(project = %project.name, "can't ask which files the project holds: {e}");
+                return None;
+            }
+        }
+    }
+    Some(absent)
+}
+
+/// The files of a batch just submitted to `project` are there now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Uploaded {
+    pub project: usize,
+    pub names: Vec<String>,
+}
+
+impl Handler<Uploaded> for DataOverlap {
+    type Result = ();
+    fn handle(&mut self, msg: Uploaded, _: &mut Context<Self>) {
+        let now = Instant::now();
+        for n in msg.names {
+            self.known.insert((msg.project, n), (true, now));
+        }
+    }
+}

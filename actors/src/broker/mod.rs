@@ -1,0 +1,41 @@
+//! The multi-project broker: a pool of BOINC projects selected as one
+//! (`BOINC_SELECT_PROJECT pool:<path> -`). Each batch is matched with
+//! ClassAds (two-sided Requirements and Rank, as in Condor-G's matchmaking
+//! for SAMGrid) to the project that suits it best — by default the one that
+//! already holds most of its input bytes — and every later command follows
+//! the durable batch -> project route.
+//!
+//! ```text
+//! Session ──PoolDispatch──▶ pools::Pools ──Run──▶ project::tree::ProjectTree (one per project, as always)
+//!                             ├─ project_ads::ProjectAds     (per pool: the project ads, refreshed)
+//!                             ├─ data_overlap::DataOverlap   (per pool: boinc_data_overlap, cached)
+//!                             ├─ rank_functions::RankFunctions (per pool: external rank functions, cached)
+//!                             └─ routes::Routes              (batch -> project, job -> batch, in the state DB)
+//! ```
+//! `matchmaker` is the pure part: the ads and the ranking; `pool` the
+//! pool file.
+
+pub mod data_overlap;
+pub mod matchmaker;
+pub mod pool;
+pub mod pools;
+pub mod project_ads;
+pub mod rank_functions;
+pub mod routes;
+
+use actix::Addr;
+
+use crate::project::rpc::RpcClient;
+use crate::project::tree::{ClientOf, ProjectTree};
+use crate::project::ProjectKey;
+use crate::projects::{Projects, TreeOf};
+
+/// The project's tree (created if needed), shared with plain selections.
+pub async fn tree_of(projects: &Addr<Projects>, key: &ProjectKey) -> Option<Addr<ProjectTree>> {
+    projects.send(TreeOf(key.clone())).await.ok()
+}
+
+/// The HTTP client of the project's tree.
+pub async fn rpc_client_of(projects: &Addr<Projects>, key: &ProjectKey) -> Option<Addr<RpcClient>> {
+    tree_of(projects, key).await?.send(ClientOf).await.ok()
+}

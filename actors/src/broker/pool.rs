@@ -1,0 +1,292 @@
+//! The pool file (TOML): the projects of a pool, the default job
+//! Requirements and Rank, how often project ads are refreshed, how long
+//! rank results are cached, and the external rank functions. See
+//! `deploy/pool.toml` for a commented example.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gahp_protocol::classad::expr::Expr;
+use gahp_protocol::Authenticator;
+use serde::Deserialize;
+
+use crate::project::ProjectKey;
+
+/// What the job side asks for when the pool file says nothing: a project
+/// that is up and has the app, preferring the one with most of the data.
+pub const DEFAULT_REQUIREMENTS: &str = "TARGET.Up && member(MY.App, TARGET.Apps)";
+pub const DEFAULT_RANK: &str = "boinc_data_overlap(TARGET)";
+
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    #[error("can't read the pool file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("pool file {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolFile {
+    #[serde(default = "default_refresh")]
+    refresh_secs: f64,
+    #[serde(default = "default_ttl")]
+    rank_cache_ttl_secs: f64,
+    #[serde(default = "default_probe")]
+    probe_timeout_secs: f64,
+    #[serde(default = "default_query")]
+    query_timeout_secs: f64,
+    requirements: Option<String>,
+    rank: Option<String>,
+    #[serde(default)]
+    project: Vec<ProjectEntry>,
+    #[serde(default)]
+    rank_function: Vec<RankFunctionEntry>,
+}
+
+fn default_refresh() -> f64 {
+    60.0
+}
+fn default_ttl() -> f64 {
+    600.0
+}
+fn default_probe() -> f64 {
+    20.0
+}
+fn default_query() -> f64 {
+    60.0
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProjectEntry {
+    name: String,
+    url: String,
+    authenticator_file: PathBuf,
+    /// Static app list; without it the apps are learnt with get_templates.
+    apps: Option<Vec<String>>,
+    requirements: Option<String>,
+    rank: Option<String>,
+    #[serde(default)]
+    attributes: BTreeMap<String, toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RankFunctionEntry {
+    name: String,
+    command: Vec<String>,
+    #[serde(default = "default_function_timeout")]
+    timeout_secs: f64,
+}
+
+fn default_function_timeout() -> f64 {
+    10.0
+}
+
+/// A loaded pool.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    /// The file it came from, as given (the key of its routes).
+    pub path: PathBuf,
+    pub refresh: Duration,
+    pub rank_cache_ttl: Duration,
+    pub probe_timeout: Duration,
+    /// A project that does not answer a BOINC_QUERY_BATCHES within this is
+    /// left out of that answer (its batches have no news), so it does not
+    /// hold up the others.
+    pub query_timeout: Duration,
+    pub requirements: Expr,
+    pub rank: Expr,
+    pub projects: Vec<PoolProject>,
+    pub functions: Vec<RankFunction>,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolProject {
+    pub name: String,
+    pub key: ProjectKey,
+    /// As given, resolved against the pool file's directory.
+    pub authenticator_file: PathBuf,
+    pub apps: Option<Vec<String>>,
+    pub requirements: Expr,
+    pub rank: Expr,
+    /// Static attributes, as ClassAd expressions.
+    pub attributes: Vec<(String, Expr)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct RankFunction {
+    pub name: String,
+    /// argv; run without a shell.
+    pub command: Vec<String>,
+    pub timeout: Duration,
+}
+
+impl Pool {
+    /// Reads and checks the pool file and the projects' authenticator files
+    /// (relative paths are taken from the pool file's directory).
+    pub fn load(path: &Path) -> Result<Pool, PoolError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PoolError::Read { path: path.to_path_buf(), source })?;
+        Pool::parse(path, &text, |f| {
+            let key = std::fs::read_to_string(f).map_err(|e| format!("authenticator file {}: {e}", f.display()))?;
+            key.split_whitespace().next().map(str::to_string).ok_or_else(|| format!("authenticator file {} is empty", f.display()))
+        })
+    }
+
+    /// Parses the text; `read_key` turns an authenticator file into its key.
+    pub fn parse(path: &Path, text: &str, read_key: impl Fn(&Path) -> Result<String, String>) -> Result<Pool, PoolError> {
+        let base = path.parent().unwrap_or(Path::new("."));
+        let invalid = |message: String| PoolError::Invalid { path: path.to_path_buf(), message };
+        let file: PoolFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let expr = |what: &str, text: Option<&str>, default: &str| {
+            Expr::parse(text.unwrap_or(default)).map_err(|e| invalid(format!("{what}: {e}")))
+        };
+        let secs = |what: &str, v: f64| {
+            if v.is_finite() && v > 0.0 && v < 1e9 {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(invalid(format!("{what} must be a positive number of seconds")))
+            }
+        };
+        if file.project.is_empty() {
+            return Err(invalid("no [[project]]".into()));
+        }
+        let mut projects: Vec<PoolProject> = Vec::new();
+        for p in &file.project {
+            if p.name.is_empty() || projects.iter().any(|q| q.name == p.name) {
+                return Err(invalid(format!("project names must be unique and non-empty ({:?})", p.name)));
+            }
+            if !(p.url.starts_with("http://") || p.url.starts_with("https://")) {
+                return Err(invalid(format!("project {}: the url must be http:// or https://", p.name)));
+            }
+            let authenticator_file = base.join(&p.authenticator_file);
+            let key = read_key(&authenticator_file).map_err(|e| invalid(format!("project {}: {e}", p.name)))?;
+            let mut attributes = Vec::new();
+            for (name, value) in &p.attributes {
+                let e = toml_expr(value).ok_or_else(|| invalid(format!("project {}: attribute {name}: unsupported value", p.name)))?;
+                attributes.push((name.clone(), e));
+            }
+            projects.push(PoolProject {
+                name: p.name.clone(),
+                key: ProjectKey::new(&p.url, Authenticator::new(key)),
+                authenticator_file,
+                apps: p.apps.clone(),
+                requirements: expr(&format!("project {} requirements", p.name), p.requirements.as_deref(), "true")?,
+                rank: expr(&format!("project {} rank", p.name), p.rank.as_deref(), "0")?,
+                attributes,
+            });
+        }
+        let mut functions: Vec<RankFunction> = Vec::new();
+        for f in &file.rank_function {
+            let ok_name = f.name.bytes().enumerate().all(|(i, b)| b.is_ascii_alphabetic() || b == b'_' || (i > 0 && b.is_ascii_digit()));
+            if f.name.is_empty() || !ok_name || functions.iter().any(|g| g.name.eq_ignore_ascii_case(&f.name)) {
+                return Err(invalid(format!("rank function names must be unique identifiers ({:?})", f.name)));
+            }
+            if f.command.is_empty() {
+                return Err(invalid(format!("rank function {}: empty command", f.name)));
+            }
+            functions.push(RankFunction {
+                name: f.name.clone(),
+                command: f.command.clone(),
+                timeout: secs(&format!("rank function {} timeout_secs", f.name), f.timeout_secs)?,
+            });
+        }
+        Ok(Pool {
+            path: path.to_path_buf(),
+            refresh: secs("refresh_secs", file.refresh_secs)?,
+            rank_cache_ttl: secs("rank_cache_ttl_secs", file.rank_cache_ttl_secs)?,
+            probe_timeout: secs("probe_timeout_secs", file.probe_timeout_secs)?,
+            query_timeout: secs("query_timeout_secs", file.query_timeout_secs)?,
+            requirements: expr("requirements", file.requirements.as_deref(), DEFAULT_REQUIREMENTS)?,
+            rank: expr("rank", file.rank.as_deref(), DEFAULT_RANK)?,
+            projects,
+            functions,
+        })
+    }
+
+    pub fn project(&self, name: &str) -> Option<&PoolProject> {
+        self.projects.iter().find(|p| p.name == name)
+    }
+}
+
+/// A TOML value as a ClassAd literal (arrays become lists).
+fn toml_expr(v: &toml::Value) -> Option<Expr> {
+    Some(match v {
+        toml::Value::String(s) => Expr::Str(s.clone()),
+        toml::Value::Integer(i) => Expr::Int(*i),
+        toml::Value::Float(f) if f.is_finite() => Expr::Real(*f),
+        toml::Value::Boolean(b) => Expr::Bool(*b),
+        toml::Value::Array(items) => Expr::List(items.iter().map(toml_expr).collect::<Option<_>>()?),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Pool, PoolError> {
+        Pool::parse(Path::new("pool.toml"), text, |f| Ok(format!("key-of-{}", f.display())))
+    }
+
+    #[test]
+    fn a_full_pool_file() {
+        let pool = parse(
+            r#"
+            refresh_secs = 30
+            rank_cache_ttl_secs = 120
+            requirements = 'member(MY.App, TARGET.Apps)'
+            [[project]]
+            name = "a"
+            url = "http://127.0.0.1:1/a"
+            authenticator_file = "a.key"
+            apps = ["uppercase"]
+            rank = 'other.JobCount'
+            attributes = { Site = "x", Cores = 4, Fast = true, Tags = ["gpu", "ssd"] }
+            [[project]]
+            name = "b"
+            url = "https://b.example/b/"
+            authenticator_file = "b.key"
+            [[rank_function]]
+            name = "site_rank"
+            command = ["/usr/bin/site-rank", "--fast"]
+            timeout_secs = 2
+            "#,
+        )
+        .unwrap();
+        assert_eq!(pool.refresh, Duration::from_secs(30));
+        assert_eq!(pool.projects.len(), 2);
+        assert_eq!(pool.projects[0].key.url, "http://127.0.0.1:1/a/");
+        assert_eq!(pool.projects[0].key.authenticator.expose(), "key-of-a.key");
+        assert_eq!(pool.projects[0].attributes.len(), 4);
+        assert_eq!(pool.rank.to_string(), "boinc_data_overlap(TARGET)");
+        assert_eq!(pool.functions[0].timeout, Duration::from_secs(2));
+        assert!(pool.project("b").is_some());
+    }
+
+    #[test]
+    fn the_example_in_deploy_is_valid() {
+        let pool = parse(include_str!("../../../deploy/pool.toml")).unwrap();
+        assert_eq!(pool.projects.len(), 2);
+        assert_eq!(pool.functions[0].name, "site_rank");
+        assert_eq!(pool.requirements.to_string(), Expr::parse(DEFAULT_REQUIREMENTS).unwrap().to_string());
+    }
+
+    #[test]
+    fn bad_pool_files_are_refused_with_a_reason() {
+        for (text, why) in [
+            ("", "no [[project]]"),
+            ("[[project]]\nname='a'\nurl='ftp://x'\nauthenticator_file='k'", "http"),
+            ("rank = '1 +'\n[[project]]\nname='a'\nurl='http://x'\nauthenticator_file='k'", "rank"),
+            ("refresh_secs = -1\n[[project]]\nname='a'\nurl='http://x'\nauthenticator_file='k'", "refresh_secs"),
+            ("[[project]]\nname='a'\nurl='http://x'\nauthenticator_file='k'\n[[project]]\nname='a'\nurl='http://y'\nauthenticator_file='k'", "unique"),
+            ("[[project]]\nname='a'\nurl='http://x'\nauthenticator_file='k'\n[[rank_function]]\nname='f g'\ncommand=['x']", "identifiers"),
+            ("[[project]]\nname='a'\nurl='http://x'\nauthenticator_file='k'\nbogus=1", "bogus"),
+        ] {
+            let err = parse(text).expect_err(text).to_string();
+            assert!(err.contains(why), "{text}: {err}");
+        }
+    }
+}
