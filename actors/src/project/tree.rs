@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::boinc::{command_line, reply, request, Script};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult};
 
 use crate::config::DaemonConfig;
@@ -64,7 +64,17 @@ impl Handler<Run> for ProjectTree {
                 let c = Call::new(Script::SubmitRpcHandler, request::ping(), reply::parse_ping, Retry::Idempotent, deadline);
                 done(call(&rpc, c).await, "ping_server returned")
             }),
-            AsyncCommand::Submit(batch) => {
+            AsyncCommand::Submit(mut batch) => {
+                // Arguments as BOINC can carry them; refused before anything is created.
+                for job in &mut batch.jobs {
+                    match command_line::quote_args(&job.args) {
+                        Ok(words) => job.args = words,
+                        Err(e) => {
+                            let msg = format!("error submitting jobs: job {}: {e}", job.name);
+                            return Box::pin(async move { CommandResult::Error(msg) });
+                        }
+                    }
+                }
                 let pipeline =
                     SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), batch, deadline).start();
                 Box::pin(async move {
