@@ -115,6 +115,12 @@ pub enum MapError {
     BadRemap(String),
 }
 
+/// A multi-line message (a server's error) as one line for a HoldReason:
+/// its non-blank lines, trimmed, joined by "; ".
+pub fn one_line(text: &str) -> String {
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
+}
+
 impl MapError {
     /// The job's HoldReason: the problem, then how to go on.
     pub fn hold_reason(&self) -> String {
@@ -378,6 +384,12 @@ mod tests {
         assert_eq!(choose_app(&ad("[ Queue = \"q\" ]"), &c).unwrap().0, "q");
         assert_eq!(choose_app(&ad("[ Queue = \"\" ]"), &c).unwrap(), ("d".into(), "default_app"));
         assert!(matches!(choose_app(&ad("[]"), &cfg()), Err(MapError::NoApp { .. })));
+    }
+
+    #[test]
+    fn server_errors_become_one_line() {
+        let e = "error submitting jobs: -1 create_work failed: md5_file: can't open /d/two\n\n  create_work() failed: -108\n";
+        assert_eq!(one_line(e), "error submitting jobs: -1 create_work failed: md5_file: can't open /d/two; create_work() failed: -108");
     }
 
     #[test]

@@ -84,7 +84,9 @@ impl Job {
         let ad = ClassAd::parse(&rec.ad).map_err(|e| tracing::warn!(batch = %rec.batch, "its recorded submit ad is unreadable: {e}")).ok();
         let final_ad = rec.final_ad.as_deref().and_then(|t| ClassAd::parse(t).ok());
         let final_status = match (rec.phase, rec.status, final_ad) {
-            (Phase::Final, Some(s), Some(ad)) => Some((s, ad)),
+            // A cancelled job keeps its final status: a held job's reason
+            // must outlive the gridmanager's cancel and its restart.
+            (Phase::Final | Phase::Cancelled, Some(s), Some(ad)) => Some((s, ad)),
             (Phase::Final, ..) => Some((job_status::HELD, held_ad(&rec.batch, "the final status of this job was lost"))),
             _ => None,
         };
@@ -388,7 +390,10 @@ impl BlahProject {
             }
             Err(reason) => {
                 let reason = self.auth().redact_in(&reason);
-                self.finish(batch, job_status::HELD, held_ad(batch, &reason));
+                if reason.contains('\n') {
+                    tracing::warn!(batch, "submission failed: {reason}");
+                }
+                self.finish(batch, job_status::HELD, held_ad(batch, &map::one_line(&reason)));
             }
         }
     }
