@@ -182,6 +182,50 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// Arguments BOINC can carry: spaces, a single quote, a tab, non-ASCII.
+const ARGS: &[&str] = &["one", "two words", "it's", "tab\there", "na\u{ef}ve \u{65e5}\u{672c}", "three"];
+
+#[test]
+fn arguments_boinc_cannot_carry_are_held_and_the_reason_outlives_cancel_and_restart() {
+    let w = World::new("");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let iwd = dir.to_path_buf();
+    let cases = [
+        (
+            "home_bl_dq",
+            vec!["alpha", "say \"hi\""],
+            "argument 2 (\"say \\\"hi\\\"\") can't be passed to a BOINC app: it holds a double quote",
+        ),
+        ("home_bl_bs", vec!["back\\slash"], "argument 1 (\"back\\\\slash\") can't be passed to a BOINC app: it holds a backslash"),
+        (
+            "home_bl_sq",
+            vec!["x", "y", "it's here"],
+            "argument 3 (\"it's here\") can't be passed to a BOINC app: it holds whitespace and a single quote",
+        ),
+    ];
+    let mut held = Vec::new();
+    for (job_dir, args, expect) in cases {
+        let id = submit(&mut g, uppercase_job(&iwd, job_dir, "x\n", &format_args_v2(&args)));
+        let (_, ad) = wait_status(&mut g, &id, 5);
+        let reason = ad.get_str("HoldReason").unwrap().to_string();
+        assert!(reason.contains(expect), "{job_dir}: {reason}");
+        // The gridmanager cancels a held job; the reason stays.
+        assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: id.clone() })[0], "0");
+        let (st, ad, _) = status(&mut g, &id);
+        assert_eq!((st, ad.get_str("HoldReason")), (5, Some(reason.as_str())));
+        held.push((id, reason));
+    }
+    assert!(sim.state()["jobs"].as_array().unwrap().is_empty(), "nothing was created");
+    // A restarted gridmanager asks again: same hold, same reason.
+    g.kill();
+    let mut g = w.start();
+    for (id, reason) in held {
+        let (st, ad, _) = status(&mut g, &id);
+        assert_eq!((st, ad.get_str("HoldReason")), (5, Some(reason.as_str())), "{id}");
+    }
+}
+
 #[test]
 fn a_job_with_arguments_an_input_and_two_outputs_completes_with_its_files() {
     let w = World::new("");
@@ -195,7 +239,7 @@ fn a_job_with_arguments_an_input_and_two_outputs_completes_with_its_files() {
         &iwd,
         "home_bl_127.0.0.1_9618_vm_2.0_1795253890",
         &[
-            ("Arguments", str_value(&format_args_v2(&["one", "two words", "three"]))),
+            ("Arguments", str_value(&format_args_v2(ARGS))),
             ("Environment", str_value("FOO=foo1")),
             ("Out", str_value("job.out")),
             ("Err", str_value("job.err")),
@@ -220,12 +264,16 @@ fn a_job_with_arguments_an_input_and_two_outputs_completes_with_its_files() {
     assert!(!std::fs::read_to_string(iwd.join("summary.txt")).unwrap().is_empty());
     assert!(!iwd.join("summary").exists(), "remapped");
     assert_eq!(std::fs::read(iwd.join("job.out")).unwrap(), b"", "wordcount has no stdout output: empty Out");
+    // The app logs its argv: every argument arrived exactly.
     let err = std::fs::read_to_string(iwd.join("job.err")).unwrap();
-    assert!(err.contains("\"two words\""), "the argument with a space arrived whole: {err}");
+    assert!(err.contains(&format!("argc {}", ARGS.len() + 1)), "{err}");
+    for a in ARGS {
+        assert!(err.contains(&format!("ignoring unknown argument {a:?}\n")), "{a:?} arrived whole: {err}");
+    }
 
     // The BOINC job: one batch, one job, its command line quoted for BOINC.
     let job = sim_job(sim, &id);
-    assert_eq!(job["command_line"], "one \"two words\" three");
+    assert_eq!(job["command_line"], "one 'two words' it's 'tab\there' 'na\u{ef}ve \u{65e5}\u{672c}' three");
     assert_eq!(job["status"], "DONE");
     // The batch is retired once status 4 went out; status stays 4.
     eventually("the batch is retired", || sim_batch_state(sim, &id) == 4);

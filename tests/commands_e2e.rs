@@ -237,3 +237,51 @@ fn a_ping_of_a_refused_port_is_answered_at_once() {
     assert!(r[0].contains("1 attempt"), "one attempt only: {r:?}");
     assert!(took < std::time::Duration::from_secs(10), "answered after {took:?}");
 }
+
+/// Arguments reach the app as the gridmanager sent them (the app logs its
+/// argv to stderr), or the submit is refused before anything is created.
+#[test]
+fn arguments_arrive_exactly_or_the_submit_is_refused() {
+    const ARGS: &[&str] = &["one", "two words", "it's", "tab\there", "na\u{ef}ve \u{65e5}\u{672c}", ""];
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    let files = inputs(dir.path(), 1, "args");
+    let mut batch = uppercase_batch("args", &files);
+    batch.jobs[0].args = ARGS.iter().map(|a| a.to_string()).collect();
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap(), ["NULL"]);
+    assert_eq!(
+        sim.jobs_of(sim.batches_named("args")[0]["id"].as_i64().unwrap())[0]["command_line"],
+        "one 'two words' it's 'tab\there' 'na\u{ef}ve \u{65e5}\u{672c}' ''"
+    );
+    assert_eq!(wait_finished(&mut g, "args"), [("args#0.0".to_string(), "DONE".to_string())]);
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let fetch = FetchOutput {
+        job_name: "args#0.0".into(),
+        dir: out.clone(),
+        stderr_file: PathBuf::from("err"),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap()[0], "NULL");
+    let err = std::fs::read_to_string(out.join("err")).unwrap();
+    assert!(err.contains(&format!("argc {}", ARGS.len() + 1)), "{err}");
+    for a in ARGS {
+        assert!(err.contains(&format!("ignoring unknown argument {a:?}\n")), "{a:?} arrived whole: {err}");
+    }
+
+    // What BOINC cannot carry: an error result naming the argument; no batch.
+    for (args, why) in [
+        (vec!["alpha", "two \"words\""], "argument 2 (\"two \\\"words\\\"\") can't be passed to a BOINC app: it holds a double quote"),
+        (vec!["back\\slash"], "argument 1 (\"back\\\\slash\") can't be passed to a BOINC app: it holds a backslash"),
+        (vec!["it's here"], "argument 1 (\"it's here\") can't be passed to a BOINC app: it holds whitespace and a single quote"),
+    ] {
+        let mut batch = uppercase_batch("refused", &files);
+        batch.jobs[0].args = args.iter().map(|a| a.to_string()).collect();
+        let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap();
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(r[0].starts_with(&format!("error submitting jobs: job refused#0.0: {why}")), "{r:?}");
+    }
+    assert!(sim.batches_named("refused").is_empty(), "nothing was created");
+}

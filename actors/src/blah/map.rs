@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use gahp_protocol::boinc::command_line::{self, ArgRefused};
 use gahp_protocol::boinc::Templates;
 use gahp_protocol::classad::{self, ArgsError, ClassAd, Value};
 use gahp_protocol::gahp::{InputFile, JobParams, JobSpec, ParamValue, SubmitBatch};
@@ -110,8 +111,8 @@ pub enum MapError {
     NoApp { config: String },
     #[error("can't parse {attr} ({err}): fix the submit file's arguments")]
     BadArgs { attr: &'static str, err: ArgsError },
-    #[error("argument {0:?} has whitespace and both kinds of quotes, which a BOINC command line can't carry")]
-    Unquotable(String),
+    #[error("{0}: change the submit file's arguments")]
+    Unquotable(#[from] ArgRefused),
     #[error("input file {path} ({from}) {problem}")]
     Input { path: String, from: &'static str, problem: String },
     #[error(
@@ -123,6 +124,12 @@ pub enum MapError {
     NoSuchOutput { app: String, name: String, outputs: String },
     #[error("bad transfer_output_remaps entry {0:?}: expected name=path")]
     BadRemap(String),
+}
+
+/// A multi-line message (a server's error) as one line for a HoldReason:
+/// its non-blank lines, trimmed, joined by "; ".
+pub fn one_line(text: &str) -> String {
+    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
 }
 
 impl MapError {
@@ -183,7 +190,7 @@ fn non_empty<'a>(ad: &'a ClassAd, name: &str) -> Option<&'a str> {
 pub fn submit_batch(ad: &ClassAd, batch: &str, app: &str, templates: &Templates) -> Result<SubmitBatch, MapError> {
     let iwd = PathBuf::from(ad.get_str("Iwd").ok_or(MapError::Missing("Iwd"))?);
     let inputs = bind_inputs(ad, &iwd, app, &templates.inputs)?;
-    let args = arguments(ad)?.iter().map(|a| boinc_arg(a)).collect::<Result<Vec<_>, _>>()?;
+    let args = command_line::quote_args(&arguments(ad)?)?;
     let mut params = JobParams::default();
     let mib = match ad.get("RequestMemory") {
         Some(Value::Int(n)) => *n as f64,
@@ -207,22 +214,6 @@ fn arguments(ad: &ClassAd) -> Result<Vec<String>, MapError> {
         return classad::parse_args_v2(v2).map_err(|err| MapError::BadArgs { attr: "Arguments", err });
     }
     Ok(ad.get_str("Args").map(classad::parse_args_v1).unwrap_or_default())
-}
-
-/// One word of a BOINC command line. The client splits on whitespace and
-/// takes a word that starts with `"` or `'` up to the same quote, with no
-/// escapes (`docs/sim.md`, `split_command_line`).
-pub fn boinc_arg(arg: &str) -> Result<String, MapError> {
-    let plain = !arg.is_empty() && !arg.starts_with(['"', '\'']) && !arg.chars().any(|c| " \t\n\r\x0b\x0c".contains(c));
-    if plain {
-        Ok(arg.to_string())
-    } else if !arg.contains('"') {
-        Ok(format!("\"{arg}\""))
-    } else if !arg.contains('\'') {
-        Ok(format!("'{arg}'"))
-    } else {
-        Err(MapError::Unquotable(arg.to_string()))
-    }
 }
 
 /// Binds `TransferInput` entries and `In` to the app's input names: a file
@@ -451,14 +442,17 @@ mod tests {
     }
 
     #[test]
-    fn boinc_command_line_words() {
-        assert_eq!(boinc_arg("plain").unwrap(), "plain");
-        assert_eq!(boinc_arg("two words").unwrap(), "\"two words\"");
-        assert_eq!(boinc_arg("").unwrap(), "\"\"");
-        assert_eq!(boinc_arg("say \"hi\"").unwrap(), "'say \"hi\"'");
-        assert_eq!(boinc_arg("'q").unwrap(), "\"'q\"");
-        assert_eq!(boinc_arg("a\"b").unwrap(), "a\"b");
-        assert!(boinc_arg("'a' \"b\"").is_err());
+    fn server_errors_become_one_line() {
+        let e = "error submitting jobs: -1 create_work failed: md5_file: can't open /d/two\n\n  create_work() failed: -108\n";
+        assert_eq!(one_line(e), "error submitting jobs: -1 create_work failed: md5_file: can't open /d/two; create_work() failed: -108");
+    }
+
+    #[test]
+    fn uncarriable_arguments_are_a_hold_naming_the_argument() {
+        let a = ad("[ Iwd = \"/\"; Arguments = \"ok 'it''s here'\" ]");
+        let e = submit_batch(&a, "n", "u", &templates(&[])).unwrap_err();
+        let reason = e.hold_reason();
+        assert!(reason.contains("argument 2 (\"it's here\")") && reason.contains("whitespace and a single quote"), "{reason}");
     }
 
     #[test]
@@ -473,7 +467,7 @@ mod tests {
         let b = submit_batch(&job("TransferInput = \"b, a\""), "n", "concat", &templates(&["a", "b"])).unwrap();
         let got: Vec<_> = b.jobs[0].inputs.iter().map(|i| (i.src.clone(), i.dst_name.clone())).collect();
         assert_eq!(got, [(w.join("a"), "a".to_string()), (w.join("b"), "b".to_string())]);
-        assert_eq!(b.jobs[0].args, ["x", "\"y z\""]);
+        assert_eq!(b.jobs[0].args, ["x", "'y z'"]);
         assert_eq!(b.jobs[0].name, "n");
 
         // The one leftover input takes the one leftover file, or In.

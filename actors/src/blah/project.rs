@@ -128,7 +128,9 @@ impl Job {
         let ad = ClassAd::parse(&rec.ad).map_err(|e| tracing::warn!(batch = %rec.batch, "its recorded submit ad is unreadable: {e}")).ok();
         let final_ad = rec.final_ad.as_deref().and_then(|t| ClassAd::parse(t).ok());
         let final_status = match (rec.phase, rec.status, final_ad) {
-            (Phase::Final, Some(s), Some(ad)) => Some((s, ad)),
+            // A cancelled job keeps its final status: a held job's reason
+            // must outlive the gridmanager's cancel and its restart.
+            (Phase::Final | Phase::Cancelled, Some(s), Some(ad)) => Some((s, ad)),
             (Phase::Final, ..) => Some((job_status::HELD, held_ad(&rec.batch, "the final status of this job was lost"))),
             _ => None,
         };
@@ -546,7 +548,12 @@ impl BlahProject {
         if job.phase == Phase::Cancelled {
             return self.abort(name.to_string(), ctx, None);
         }
-        self.finish(name, job_status::HELD, held_ad(name, reason));
+        // A multi-line server error: all of it in the log, one line in the
+        // hold reason.
+        if reason.contains('\n') {
+            tracing::warn!(job = name, "submission failed: {reason}");
+        }
+        self.finish(name, job_status::HELD, held_ad(name, &map::one_line(reason)));
     }
 
     /// Places a DONE job's files, then makes its status 4.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::boinc::{command_line, reply, request, Script};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult};
 
 use crate::config::DaemonConfig;
@@ -71,7 +71,17 @@ impl Handler<Run> for ProjectTree {
                     )
                 })
             }
-            AsyncCommand::Submit(batch) => {
+            AsyncCommand::Submit(mut batch) => {
+                // Arguments as BOINC can carry them; refused before anything is created.
+                for job in &mut batch.jobs {
+                    match command_line::quote_args(&job.args) {
+                        Ok(words) => job.args = words,
+                        Err(e) => {
+                            let msg = format!("error submitting jobs: job {}: {e}", job.name);
+                            return Box::pin(async move { CommandResult::Error(msg) });
+                        }
+                    }
+                }
                 let pipeline =
                     SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), batch, deadline).start();
                 Box::pin(async move {

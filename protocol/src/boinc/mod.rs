@@ -6,6 +6,7 @@
 //! error), so parsers scan for the elements they need, the way BOINC's own C
 //! client does, and classify what they cannot use (see [`ReplyError`]).
 
+pub mod command_line;
 pub mod reply;
 pub mod request;
 pub mod xml;

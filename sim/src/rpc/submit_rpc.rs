@@ -225,13 +225,23 @@ fn create_work(
     jobs: &mut [NewJob],
     now: f64,
 ) -> Result<Result<(), String>, Fail> {
+    // The PHP writes one line per job to `create_work --stdin`, which splits
+    // it like the client does: a `"` in a command line ends its quoting and
+    // the words after it are read as input file names.
+    for j in jobs.iter_mut() {
+        reparse_job_line(j);
+    }
     // Inputs must be in the download store (create_work takes their MD5).
     let mut present: HashMap<&str, bool> = HashMap::new();
     for j in jobs.iter() {
         for f in &j.inputs {
             let ok = *present.entry(f.as_str()).or_insert_with(|| super::valid_filename(f) && ctx.dirs.download.join(f).is_file());
             if !ok {
-                return Ok(Err("process_input_template: md5_file fopen() failed\ncreate_work() failed: -108\n".into()));
+                let path = ctx.dirs.download.join(f);
+                return Ok(Err(format!(
+                    "md5_file: can't open {}\nprocess_input_template: md5_file fopen() failed\ncreate_work() failed: -108\n",
+                    path.display()
+                )));
             }
         }
     }
@@ -318,6 +328,36 @@ fn create_work(
     }
     tx.commit()?;
     Ok(Ok(()))
+}
+
+/// One job as `create_work --stdin` reads it: the PHP's line
+/// ` --wu_name N --command_line "CL" in1 in2...` split into words; a word
+/// that is not an option's value is an input file name. The stored command
+/// line loses its backslashes, as on a real server.
+fn reparse_job_line(j: &mut NewJob) {
+    let mut line = String::new();
+    if !j.name.is_empty() {
+        line.push_str(&format!(" --wu_name {}", j.name));
+    }
+    if !j.command_line.is_empty() {
+        line.push_str(&format!(" --command_line \"{}\"", j.command_line));
+    }
+    for f in &j.inputs {
+        line.push(' ');
+        line.push_str(f);
+    }
+    let mut words = crate::apps::split_command_line(&line).into_iter();
+    let (mut name, mut command_line, mut inputs) = (String::new(), String::new(), Vec::new());
+    while let Some(w) = words.next() {
+        match w.as_str() {
+            "--wu_name" => name = words.next().unwrap_or_default(),
+            "--command_line" => command_line = words.next().unwrap_or_default(),
+            _ => inputs.push(w),
+        }
+    }
+    j.name = name;
+    j.command_line = command_line.replace('\\', "");
+    j.inputs = inputs;
 }
 
 fn estimate_batch(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut) -> Step {

@@ -42,6 +42,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         t_wire::batch_lifecycle_replies,
         t_wire::duplicate_batch_names_resolve_to_oldest,
         t_wire::job_names_are_unique,
+        t_wire::command_line_through_create_work,
         t_wire::faults_and_introspection,
         t_files::query_and_upload,
         t_files::duplicate_association_is_fatal,
