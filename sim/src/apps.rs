@@ -56,6 +56,11 @@ pub struct AppSpec {
     /// Output logical names, in template order (the index is the `file_num`
     /// of `get_output.php`).
     pub outputs: Vec<String>,
+    /// Outputs (logical names) marked `<optional/>` in the output template:
+    /// an instance that exits 0 without one still succeeds, as with a real
+    /// client; the file is then simply absent on the server.
+    #[serde(default)]
+    pub optional_outputs: Vec<String>,
     /// argv to run; `None` = the built-in implementation of `name`, run as
     /// `[exe, APP_ENTRY_ARG, name, job args...]`. A custom command runs in
     /// the work directory, where the inputs carry their logical names and
@@ -83,6 +88,7 @@ impl AppSpec {
             name: name.to_string(),
             inputs: inputs.iter().map(|s| s.to_string()).collect(),
             outputs: outputs.iter().map(|s| s.to_string()).collect(),
+            optional_outputs: Vec::new(),
             command: None,
             fpops_est: BUILTIN_FPOPS_EST,
             delay_bound: 86400.0,
@@ -92,6 +98,11 @@ impl AppSpec {
             max_total_results: 5,
             max_success_results: 3,
         }
+    }
+
+    /// Whether output `i` (template order) is optional.
+    pub fn output_is_optional(&self, i: usize) -> bool {
+        self.outputs.get(i).is_some_and(|n| self.optional_outputs.contains(n))
     }
 
     /// `rsc_fpops_bound`: [`FPOPS_BOUND_FACTOR`] × `fpops_est`.
@@ -151,8 +162,11 @@ impl AppSpec {
         }
         s.push_str("    <result>\n");
         for (i, name) in self.outputs.iter().enumerate() {
+            // BOINC's FILE_REF: `<optional/>` lets the client finish the
+            // task successfully without this file.
+            let optional = if self.output_is_optional(i) { "            <optional/>\n" } else { "" };
             s.push_str(&format!(
-                "        <file_ref>\n            <file_name><OUTFILE_{i}/></file_name>\n            <open_name>{}</open_name>\n            <copy_file/>\n        </file_ref>\n",
+                "        <file_ref>\n            <file_name><OUTFILE_{i}/></file_name>\n            <open_name>{}</open_name>\n            <copy_file/>\n{optional}        </file_ref>\n",
                 xml_text(name)
             ));
         }
@@ -181,13 +195,18 @@ impl AppSpec {
 ///   and `summary` (`lines N`, `words N`, `bytes N`, like `wc`);
 /// * `zipper`: `in` → `results.zip`, a real zip with `upper.txt` (the input
 ///   uppercased, deflated) and `count.txt` (the summary, stored);
-/// * `concat`: `a`, `b` → `out`, the two inputs one after the other.
+/// * `concat`: `a`, `b` → `out`, the two inputs one after the other;
+/// * `stepper`: `state`, `extra` → `state`, `DONE` (both optional): one step
+///   of a work sequence, see [`stepper_next`].
 pub fn builtin_apps() -> Vec<AppSpec> {
+    let mut stepper = AppSpec::new("stepper", &["state", "extra"], &["state", "DONE"]);
+    stepper.optional_outputs = vec!["state".into(), "DONE".into()];
     vec![
         AppSpec::new("uppercase", &["in"], &["out"]),
         AppSpec::new("wordcount", &["in"], &["counts", "summary"]),
         AppSpec::new("zipper", &["in"], &["results.zip"]),
         AppSpec::new("concat", &["a", "b"], &["out"]),
+        stepper,
     ]
 }
 
@@ -217,7 +236,9 @@ pub fn app_entry_from_env() -> Option<i32> {
 ///
 /// Job args: `--fail N` (exit with code N after the sleep/cpu phases and
 /// without writing outputs), `--sleep-ms N` (sleep before working),
-/// `--cpu-ms N` (compute until N ms of CPU time are used, before working). Unknown words are
+/// `--cpu-ms N` (compute until N ms of CPU time are used, before working);
+/// for `stepper` also `--end-at K` (write `DONE` once the new counter is
+/// at least K) and `--heartbeat` (write no `state`). Unknown words are
 /// reported on stderr and ignored. Exit codes of its own: 0 success,
 /// 1 an input could not be read or an output written, 2 usage (unknown app,
 /// bad job arg value).
@@ -244,17 +265,20 @@ pub fn app_main_in(dir: &Path, args: &[OsString], log: &mut dyn Write) -> i32 {
     let mut fail: Option<i32> = None;
     let mut sleep_ms: u64 = 0;
     let mut cpu_ms: u64 = 0;
+    let mut step = StepArgs::default();
     let mut it = args[1..].iter();
     while let Some(a) = it.next() {
         let a = a.to_string_lossy();
         let flag = a.as_ref();
         match flag {
-            "--fail" | "--sleep-ms" | "--cpu-ms" => {
+            "--heartbeat" => step.heartbeat = true,
+            "--fail" | "--sleep-ms" | "--cpu-ms" | "--end-at" => {
                 let value = it.next().map(|v| v.to_string_lossy().into_owned());
                 let ok = match (flag, value.as_deref()) {
                     ("--fail", Some(v)) => v.parse::<i32>().map(|n| fail = Some(n)).is_ok(),
                     ("--sleep-ms", Some(v)) => v.parse::<u64>().map(|n| sleep_ms = n).is_ok(),
                     ("--cpu-ms", Some(v)) => v.parse::<u64>().map(|n| cpu_ms = n).is_ok(),
+                    ("--end-at", Some(v)) => v.parse::<u64>().map(|n| step.end_at = Some(n)).is_ok(),
                     _ => false,
                 };
                 if !ok {
@@ -281,7 +305,7 @@ pub fn app_main_in(dir: &Path, args: &[OsString], log: &mut dyn Write) -> i32 {
         return code;
     }
 
-    let code = match run_builtin(&app, dir, &mut lg) {
+    let code = match run_builtin(&app, dir, &step, &mut lg) {
         Ok(()) => 0,
         Err(msg) => {
             lg.line(&format!("{name}: {msg}"));
@@ -362,8 +386,9 @@ fn summary(data: &[u8]) -> String {
     format!("lines {lines}\nwords {words}\nbytes {}\n", data.len())
 }
 
-fn run_builtin(app: &AppSpec, dir: &Path, lg: &mut AppLog<'_>) -> Result<(), String> {
+fn run_builtin(app: &AppSpec, dir: &Path, step: &StepArgs, lg: &mut AppLog<'_>) -> Result<(), String> {
     match app.name.as_str() {
+        "stepper" => run_stepper(dir, step, lg),
         "uppercase" => {
             let data = read_input(dir, "in", lg)?;
             write_output(dir, "out", &data.to_ascii_uppercase(), lg)
@@ -396,6 +421,156 @@ fn run_builtin(app: &AppSpec, dir: &Path, lg: &mut AppLog<'_>) -> Result<(), Str
         }
         other => Err(format!("no implementation for app '{other}'")),
     }
+}
+
+/// The `stepper`'s own job args.
+#[derive(Debug, Default)]
+struct StepArgs {
+    /// Write `DONE` when the new counter reaches this.
+    end_at: Option<u64>,
+    /// Write no `state`: the step only says the work goes on.
+    heartbeat: bool,
+}
+
+/// FNV-1a 64 offset basis and prime.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+
+/// Longest state file the stepper accepts (the line is < 64 bytes); more is
+/// malformed, and is not read into memory.
+const STATE_MAX_BYTES: u64 = 4096;
+
+/// Why a stepper state could not be advanced.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error("malformed state {0:?}: want \"counter <n> checksum <16 lowercase hex>\\n\" or nothing")]
+    Malformed(String),
+    #[error("state counter {0} can't be advanced")]
+    Overflow(u64),
+    #[error("reading extra: {0}")]
+    Extra(#[from] io::Error),
+}
+
+/// A `stepper` state: how many steps ran, and the running checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StepState {
+    pub counter: u64,
+    pub checksum: u64,
+}
+
+impl StepState {
+    /// Parses a state file's text: empty = the initial state (0, 0);
+    /// otherwise exactly `counter <n> checksum <16 lowercase hex>` and an
+    /// optional final newline.
+    pub fn parse(text: &str) -> Result<StepState, StepError> {
+        if text.is_empty() {
+            return Ok(StepState::default());
+        }
+        let bad = || {
+            let shown: String = text.chars().take(80).collect();
+            StepError::Malformed(shown)
+        };
+        let line = text.strip_suffix('\n').unwrap_or(text);
+        let mut words = line.split(' ');
+        let (Some("counter"), Some(n), Some("checksum"), Some(h), None) =
+            (words.next(), words.next(), words.next(), words.next(), words.next())
+        else {
+            return Err(bad());
+        };
+        let digits = |s: &str, ok: fn(u8) -> bool| !s.is_empty() && s.bytes().all(ok);
+        if !digits(n, |b| b.is_ascii_digit()) || (n.len() > 1 && n.starts_with('0')) {
+            return Err(bad());
+        }
+        if h.len() != 16 || !digits(h, |b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(bad());
+        }
+        let counter = n.parse().map_err(|_| bad())?;
+        let checksum = u64::from_str_radix(h, 16).map_err(|_| bad())?;
+        Ok(StepState { counter, checksum })
+    }
+
+    /// The state file's text: `counter <n> checksum <16 hex>\n`.
+    pub fn line(&self) -> String {
+        format!("counter {} checksum {:016x}\n", self.counter, self.checksum)
+    }
+
+    /// The next state: counter + 1, checksum = FNV-1a 64 over
+    /// `<old checksum hex> <new counter>\n` then every byte of `extra`,
+    /// read in chunks (a huge `extra` needs no memory of its size).
+    pub fn next_from(&self, mut extra: impl io::Read) -> Result<StepState, StepError> {
+        let counter = self.counter.checked_add(1).ok_or(StepError::Overflow(self.counter))?;
+        let mut h = fnv1a64(FNV_OFFSET, format!("{:016x} {counter}\n", self.checksum).as_bytes());
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match extra.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => h = fnv1a64(h, &buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(StepState { counter, checksum: h })
+    }
+}
+
+/// FNV-1a 64 of `data`, continuing from `hash` (start with the offset
+/// basis).
+fn fnv1a64(mut hash: u64, data: &[u8]) -> u64 {
+    for &b in data {
+        hash ^= b as u64;
+        hash = hash.wrapping_mul(FNV_PRIME);
+    }
+    hash
+}
+
+/// One `stepper` step on a state file's text and the `extra` input: the
+/// next state file's text. Pure; both the sim's app and the tests (here
+/// and in the daemon) compute expected sequences with it.
+pub fn stepper_next(state: &str, extra: &[u8]) -> Result<String, StepError> {
+    Ok(StepState::parse(state)?.next_from(extra)?.line())
+}
+
+/// Writes `data` to `dir/name` whole: a temporary file, then a rename.
+fn write_output_whole(dir: &Path, name: &str, data: &[u8], lg: &mut AppLog<'_>) -> Result<(), String> {
+    let fail = |e: &dyn std::fmt::Display| format!("can't write output file '{name}': {e}");
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| fail(&e))?;
+    tmp.write_all(data).map_err(|e| fail(&e))?;
+    tmp.persist(dir.join(name)).map_err(|e| fail(&e.error))?;
+    lg.line(&format!("wrote {} bytes to '{name}'", data.len()));
+    Ok(())
+}
+
+/// `stepper`: reads `state` (at most [`STATE_MAX_BYTES`]) and streams
+/// `extra`; removes the input `state` from the work directory (input and
+/// output share the name, and a heartbeat must leave no `state` behind);
+/// writes the new `state` unless `--heartbeat`, and `DONE` (the new state
+/// line) once the counter reaches `--end-at`.
+fn run_stepper(dir: &Path, step: &StepArgs, lg: &mut AppLog<'_>) -> Result<(), String> {
+    use std::io::Read;
+    let path = dir.join("state");
+    let f = std::fs::File::open(&path).map_err(|e| format!("can't read input file 'state': {e}"))?;
+    let mut raw = Vec::new();
+    f.take(STATE_MAX_BYTES + 1).read_to_end(&mut raw).map_err(|e| format!("can't read input file 'state': {e}"))?;
+    if raw.len() as u64 > STATE_MAX_BYTES {
+        return Err(format!("input file 'state' is over {STATE_MAX_BYTES} bytes: not a stepper state"));
+    }
+    let text = String::from_utf8(raw).map_err(|_| "input file 'state' is not text: not a stepper state".to_string())?;
+    let old = StepState::parse(&text).map_err(|e| format!("input file 'state': {e}"))?;
+    lg.line(&format!("state in: counter {} checksum {:016x}", old.counter, old.checksum));
+    let extra = std::fs::File::open(dir.join("extra")).map_err(|e| format!("can't read input file 'extra': {e}"))?;
+    let new = old.next_from(io::BufReader::new(extra)).map_err(|e| format!("input file 'extra': {e}"))?;
+    std::fs::remove_file(&path).map_err(|e| format!("can't remove input file 'state': {e}"))?;
+    let line = new.line();
+    if step.heartbeat {
+        lg.line(&format!("heartbeat: counter {} (no state written)", new.counter));
+    } else {
+        write_output_whole(dir, "state", line.as_bytes(), lg)?;
+    }
+    if step.end_at.is_some_and(|k| new.counter >= k) {
+        lg.line(&format!("counter {} reached the end: writing DONE", new.counter));
+        write_output_whole(dir, "DONE", line.as_bytes(), lg)?;
+    }
+    Ok(())
 }
 
 fn make_zip(entries: &[(&str, &[u8], bool)]) -> zip::result::ZipResult<Vec<u8>> {

@@ -208,6 +208,9 @@ impl SimConfig {
             if a.name.is_empty() || !names.insert(a.name.as_str()) {
                 return bad(format!("app name {:?} empty or repeated", a.name));
             }
+            if let Some(o) = a.optional_outputs.iter().find(|o| !a.outputs.contains(o)) {
+                return bad(format!("app {}: optional output {o:?} is not one of its outputs", a.name));
+            }
             if a.min_quorum == 0 || a.target_nresults < a.min_quorum {
                 return bad(format!("app {}: need 1 <= min_quorum <= target_nresults", a.name));
             }

@@ -339,12 +339,17 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
     let cpu = micro(r.elapsed * busy);
     // The outputs of a retired batch are not kept (its files are gone).
     let keep_outputs = store::batch_by_id(c, x.batch)?.map(|b| b.state != store::BATCH_RETIRED).unwrap_or(false);
+    let wu = store::wu_by_id(c, x.workunitid)?;
+    let app = wu.as_ref().and_then(|w| ctx.app_by_id(w.appid));
+    let optional = |i: usize| app.is_some_and(|a| a.spec.output_is_optional(i));
     let (outcome, exit_status, stderr, outputs, hash) = match r.outcome {
         RunOutcome::HostError(msg) => {
             (store::OUTCOME_CLIENT_ERROR, HOST_ERROR_EXIT, apps::wrap_stderr("", Some(&msg)), Vec::new(), String::new())
         }
         RunOutcome::Ran(run) => {
-            let complete = run.outputs.iter().all(Option::is_some);
+            // A missing optional output is no error (the client just does
+            // not upload it).
+            let complete = run.outputs.iter().enumerate().all(|(i, o)| o.is_some() || optional(i));
             if run.exit_status != 0 {
                 (store::OUTCOME_CLIENT_ERROR, run.exit_status as i64, run.stderr, Vec::new(), String::new())
             } else if !complete {
@@ -352,11 +357,19 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
             } else {
                 let mut names = Vec::new();
                 let mut h = Md5::new();
-                for (i, p) in run.outputs.iter().flatten().enumerate() {
+                for (i, p) in run.outputs.iter().enumerate() {
+                    // Every output gets its physical name (the result's
+                    // record names them all); an absent optional one has
+                    // no file in the upload store.
+                    let name = output_name(&x.name, i);
+                    let Some(p) = p else {
+                        h.update(u64::MAX.to_le_bytes());
+                        names.push(name);
+                        continue;
+                    };
                     let data = std::fs::read(p)?;
                     h.update((data.len() as u64).to_le_bytes());
                     h.update(&data);
-                    let name = output_name(&x.name, i);
                     if keep_outputs {
                         let dst = ctx.dirs.upload.join(&name);
                         if std::fs::rename(p, &dst).is_err() {
@@ -372,7 +385,6 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
     // Cobblestones: 200 per day of 1 GFLOPS.
     let credit = if outcome == store::OUTCOME_SUCCESS { cpu * r.host_flops / 1e9 * 200.0 / 86400.0 } else { 0.0 };
     // Reported after the canonical instance was chosen: compared with it.
-    let wu = store::wu_by_id(c, x.workunitid)?;
     let mut validate_state = store::VALIDATE_INIT;
     if let Some(wu) = &wu {
         if wu.canonical_resultid != 0 && outcome == store::OUTCOME_SUCCESS {

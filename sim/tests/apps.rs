@@ -82,7 +82,11 @@ fn run_in(dir: &Path, args: &[&str]) -> (i32, String) {
 fn builtin_app_list() {
     let apps = builtin_apps();
     let names: Vec<_> = apps.iter().map(|a| a.name.as_str()).collect();
-    assert_eq!(names, ["uppercase", "wordcount", "zipper", "concat"]);
+    assert_eq!(names, ["uppercase", "wordcount", "zipper", "concat", "stepper"]);
+    let st = builtin_app("stepper").unwrap();
+    assert_eq!(st.inputs, ["state", "extra"]);
+    assert_eq!(st.outputs, ["state", "DONE"]);
+    assert_eq!(st.optional_outputs, ["state", "DONE"]);
     let wc = builtin_app("wordcount").unwrap();
     assert_eq!(wc.inputs, ["in"]);
     assert_eq!(wc.outputs, ["counts", "summary"]);
