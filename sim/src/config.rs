@@ -86,6 +86,9 @@ pub struct HostSpec {
     /// Probability that an instance never reports back (the host vanishes
     /// with it; it times out at its deadline).
     pub lost_rate: f64,
+    /// The project user who owns the hosts (jobs targeted at a user run on
+    /// that user's hosts); 0 = none of the project's users.
+    pub user_id: i64,
 }
 
 impl Default for HostSpec {
@@ -98,7 +101,50 @@ impl Default for HostSpec {
             straggler_rate: 0.0,
             straggler_factor: 10.0,
             lost_rate: 0.0,
+            user_id: 0,
         }
+    }
+}
+
+impl HostSpec {
+    /// What each host of the group does with an instance.
+    pub fn behaviour(&self) -> HostBehaviour {
+        HostBehaviour {
+            flops: self.flops,
+            error_rate: self.error_rate,
+            straggler_rate: self.straggler_rate,
+            straggler_factor: self.straggler_factor,
+            lost_rate: self.lost_rate,
+        }
+    }
+}
+
+/// How a host treats the instances it gets (see [`HostSpec`]); set per
+/// group in the config, changeable per host at run time (`__sim/hosts`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostBehaviour {
+    pub flops: f64,
+    pub error_rate: f64,
+    pub straggler_rate: f64,
+    pub straggler_factor: f64,
+    pub lost_rate: f64,
+}
+
+impl HostBehaviour {
+    /// Values that would make the sim misbehave.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.flops.is_finite() && self.flops > 0.0) {
+            return Err("flops must be > 0".into());
+        }
+        for (n, p) in [("error_rate", self.error_rate), ("straggler_rate", self.straggler_rate), ("lost_rate", self.lost_rate)] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("{n} {p} is not in [0, 1]"));
+            }
+        }
+        if !(self.straggler_factor.is_finite() && self.straggler_factor >= 1.0) {
+            return Err("straggler_factor must be >= 1".into());
+        }
+        Ok(())
     }
 }
 
@@ -191,17 +237,7 @@ impl SimConfig {
             return bad("tick_ms must be > 0".into());
         }
         for h in &self.hosts {
-            if !(h.flops.is_finite() && h.flops > 0.0) {
-                return bad(format!("host {}: flops must be > 0", h.name));
-            }
-            for (n, p) in [("error_rate", h.error_rate), ("straggler_rate", h.straggler_rate), ("lost_rate", h.lost_rate)] {
-                if !(0.0..=1.0).contains(&p) {
-                    return bad(format!("host {}: {n} {p} is not in [0, 1]", h.name));
-                }
-            }
-            if !(h.straggler_factor.is_finite() && h.straggler_factor >= 1.0) {
-                return bad(format!("host {}: straggler_factor must be >= 1", h.name));
-            }
+            h.behaviour().validate().map_err(|m| ConfigError::Invalid(format!("host {}: {m}", h.name)))?;
         }
         let mut names = std::collections::BTreeSet::new();
         for a in &self.apps {

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use crate::apps::AppSpec;
 use crate::clock::Clock;
-use crate::config::SimConfig;
+use crate::config::{HostBehaviour, SimConfig};
 use crate::faults::Faults;
 use crate::store::Store;
 
@@ -30,6 +30,35 @@ pub struct Dirs {
     pub slots: PathBuf,
 }
 
+/// One volunteer host. Ids are 1, 2, … in the order of the config's host
+/// groups (the same ids after a restart with the same config).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SimHost {
+    pub id: i64,
+    pub name: String,
+    pub user_id: i64,
+    #[serde(flatten)]
+    pub behaviour: HostBehaviour,
+}
+
+impl SimHost {
+    /// The hosts of a configuration.
+    pub fn all(cfg: &SimConfig) -> Vec<SimHost> {
+        let mut hosts = Vec::new();
+        for spec in &cfg.hosts {
+            for i in 1..=spec.count {
+                hosts.push(SimHost {
+                    id: hosts.len() as i64 + 1,
+                    name: format!("{}_{i}", spec.name),
+                    user_id: spec.user_id,
+                    behaviour: spec.behaviour(),
+                });
+            }
+        }
+        hosts
+    }
+}
+
 pub struct Ctx {
     pub store: Store,
     pub clock: Clock,
@@ -44,6 +73,9 @@ pub struct Ctx {
     /// The project's web stop flag: RPCs answer -183 "project down for
     /// maintenance".
     pub web_stopped: AtomicBool,
+    /// The volunteer hosts, by id - 1; their behaviour can change at run
+    /// time (the scheduler reads it at each dispatch).
+    pub hosts: Mutex<Vec<SimHost>>,
 }
 
 impl Ctx {
@@ -57,6 +89,11 @@ impl Ctx {
 
     pub fn app_name(&self, id: i64) -> &str {
         self.app_by_id(id).map(|a| a.spec.name.as_str()).unwrap_or("")
+    }
+
+    /// The hosts as they are now.
+    pub fn hosts(&self) -> Vec<SimHost> {
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn web_stopped(&self) -> bool {

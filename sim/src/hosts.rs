@@ -37,16 +37,21 @@ pub const HOST_ERROR_EXIT: i64 = -1;
 /// (BOINC's ERR_FILE_MISSING).
 pub const MISSING_OUTPUT_EXIT: i64 = -161;
 
+/// The scheduler's view of a host (its behaviour lives in `Ctx::hosts`).
 struct Host {
     id: i64,
     name: String,
-    flops: f64,
-    error_rate: f64,
-    straggler_rate: f64,
-    straggler_factor: f64,
-    lost_rate: f64,
+    user_id: i64,
     /// The instance it is working on.
     busy: Option<i64>,
+}
+
+/// An idle host asking for work.
+struct FreeHost {
+    idx: usize,
+    id: i64,
+    name: String,
+    user_id: i64,
 }
 
 enum RunOutcome {
@@ -56,6 +61,8 @@ enum RunOutcome {
 
 struct InFlight {
     host: usize,
+    /// The host's speed when it got the instance (for the credit).
+    flops: f64,
     sent_time: f64,
     report_at: f64,
     lost: bool,
@@ -96,21 +103,7 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(ctx: Arc<Ctx>) -> Engine {
-        let mut hosts = Vec::new();
-        for spec in &ctx.cfg.hosts {
-            for i in 1..=spec.count {
-                hosts.push(Host {
-                    id: hosts.len() as i64 + 1,
-                    name: format!("{}_{i}", spec.name),
-                    flops: spec.flops,
-                    error_rate: spec.error_rate,
-                    straggler_rate: spec.straggler_rate,
-                    straggler_factor: spec.straggler_factor,
-                    lost_rate: spec.lost_rate,
-                    busy: None,
-                });
-            }
-        }
+        let hosts = ctx.hosts().into_iter().map(|h| Host { id: h.id, name: h.name, user_id: h.user_id, busy: None }).collect();
         let rng = StdRng::seed_from_u64(ctx.cfg.seed);
         let runs = Arc::new(Semaphore::new(ctx.cfg.max_parallel_runs));
         Engine { ctx, hosts, inflight: HashMap::new(), rng, runs }
@@ -208,13 +201,18 @@ impl Engine {
                 // The planned time, or longer when the real run took longer
                 // (it reports only once the process has finished).
                 elapsed: now.max(f.report_at) - f.sent_time,
-                host_flops: self.hosts[f.host].flops,
+                host_flops: f.flops,
                 slot: f.slot,
                 outcome: f.outcome.unwrap_or(RunOutcome::HostError("no outcome".into())),
             });
         }
-        let free: Vec<(usize, i64, String)> =
-            self.hosts.iter().enumerate().filter(|(_, h)| h.busy.is_none()).map(|(i, h)| (i, h.id, h.name.clone())).collect();
+        let free: Vec<FreeHost> = self
+            .hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.busy.is_none())
+            .map(|(idx, h)| FreeHost { idx, id: h.id, name: h.name.clone(), user_id: h.user_id })
+            .collect();
 
         let ctx = self.ctx.clone();
         let res = tokio::task::spawn_blocking(move || {
@@ -241,13 +239,18 @@ impl Engine {
     fn start_instance(&mut self, d: Dispatch) {
         let h = &mut self.hosts[d.host];
         h.busy = Some(d.result_id);
-        let factor = if self.rng.gen::<f64>() < h.straggler_rate { h.straggler_factor } else { 1.0 };
-        let lost = self.rng.gen::<f64>() < h.lost_rate;
-        let host_error = self.rng.gen::<f64>() < h.error_rate;
-        let duration = d.fpops_est / h.flops * factor;
+        // The behaviour in force now (it may have changed at run time).
+        let Some(b) = self.ctx.hosts().get(d.host).map(|x| x.behaviour) else {
+            return;
+        };
+        let factor = if self.rng.gen::<f64>() < b.straggler_rate { b.straggler_factor } else { 1.0 };
+        let lost = self.rng.gen::<f64>() < b.lost_rate;
+        let host_error = self.rng.gen::<f64>() < b.error_rate;
+        let duration = d.fpops_est / b.flops * factor;
         let slot = self.ctx.dirs.slots.join(d.result_id.to_string());
         let mut f = InFlight {
             host: d.host,
+            flops: b.flops,
             sent_time: d.sent_time,
             report_at: d.sent_time + duration,
             lost,
@@ -282,7 +285,7 @@ impl Engine {
 }
 
 /// One round of database work; returns the instances to start.
-fn round_db(ctx: &Ctx, c: &Connection, now: f64, reports: Vec<Report>, free: &[(usize, i64, String)]) -> Res<Vec<Dispatch>> {
+fn round_db(ctx: &Ctx, c: &Connection, now: f64, reports: Vec<Report>, free: &[FreeHost]) -> Res<Vec<Dispatch>> {
     let tx = c.unchecked_transaction()?;
     for r in reports {
         let slot = r.slot.clone();
@@ -482,6 +485,9 @@ fn transition(c: &Connection, wu: &Workunit, now: f64) -> Res<()> {
             if need > 0 {
                 if ntotal + need > wu.max_total_results {
                     error_mask |= store::WU_ERROR_TOO_MANY_TOTAL;
+                } else if store::wu_target(c, wu.id)?.is_some() {
+                    // TRANSITION_NO_NEW_RESULTS: the scheduler makes the
+                    // instance when the target asks for work.
                 } else {
                     let mut ins = c.prepare_cached("INSERT INTO result (name, workunitid, batch, server_state) VALUES (?1, ?2, ?3, 2)")?;
                     for k in 0..need {
@@ -537,9 +543,11 @@ fn resume_db(ctx: &Ctx, c: &Connection, host_ids: &[i64]) -> Res<Vec<Dispatch>> 
     Ok(out)
 }
 
-/// Gives unsent instances to idle hosts, oldest first, never two instances
-/// of one job to the same host.
-fn dispatch(ctx: &Ctx, c: &Connection, now: f64, free: &[(usize, i64, String)]) -> Res<Vec<Dispatch>> {
+/// Gives work to idle hosts: first a job targeted at the host (or its
+/// owner) that needs an instance, made on the spot as BOINC's scheduler
+/// does; else the oldest unsent instance. Never two instances of one job to
+/// the same host.
+fn dispatch(ctx: &Ctx, c: &Connection, now: f64, free: &[FreeHost]) -> Res<Vec<Dispatch>> {
     let mut out = Vec::new();
     if free.is_empty() {
         return Ok(out);
@@ -549,16 +557,16 @@ fn dispatch(ctx: &Ctx, c: &Connection, now: f64, free: &[(usize, i64, String)]) 
         .prepare_cached("SELECT id, workunitid FROM result WHERE server_state = 2 ORDER BY id LIMIT ?1")?
         .query_map([limit], |r| Ok(Some((r.get(0)?, r.get(1)?))))?
         .collect::<rusqlite::Result<_>>()?;
-    for (host_idx, host_id, host_name) in free {
-        let mut picked = None;
-        for slot in candidates.iter_mut() {
-            let Some((rid, wuid)) = *slot else { continue };
-            let ran_here =
-                c.prepare_cached("SELECT 1 FROM result WHERE workunitid = ?1 AND host_id = ?2 LIMIT 1")?.exists(params![wuid, host_id])?;
-            if !ran_here {
-                picked = Some((rid, wuid));
-                *slot = None;
-                break;
+    for host in free {
+        let mut picked = targeted_instance(c, host, now)?;
+        if picked.is_none() {
+            for slot in candidates.iter_mut() {
+                let Some((rid, wuid)) = *slot else { continue };
+                if !ran_on(c, wuid, host.id)? {
+                    picked = Some((rid, wuid));
+                    *slot = None;
+                    break;
+                }
             }
         }
         let Some((rid, wuid)) = picked else { continue };
@@ -571,7 +579,7 @@ fn dispatch(ctx: &Ctx, c: &Connection, now: f64, free: &[(usize, i64, String)]) 
             "UPDATE result SET server_state = 4, sent_time = ?1, report_deadline = ?2, host_id = ?3, \
              host_name = ?4 WHERE id = ?5",
         )?
-        .execute(params![now, now + wu.delay_bound, host_id, host_name, rid])?;
+        .execute(params![now, now + wu.delay_bound, host.id, host.name, rid])?;
         if !wu.ever_sent {
             if ctx.cfg.quirks.first_dispatch_bumps_mod_time {
                 c.prepare_cached("UPDATE workunit SET ever_sent = 1, mod_time = ?1 WHERE id = ?2")?.execute(params![secs(now), wu.id])?;
@@ -581,7 +589,7 @@ fn dispatch(ctx: &Ctx, c: &Connection, now: f64, free: &[(usize, i64, String)]) 
         }
         out.push(Dispatch {
             result_id: rid,
-            host: *host_idx,
+            host: host.idx,
             app: app.spec.clone(),
             command_line: wu.command_line.clone(),
             inputs: wu.input_files.iter().map(|f| ctx.dirs.download.join(f)).collect(),
@@ -590,6 +598,52 @@ fn dispatch(ctx: &Ctx, c: &Connection, now: f64, free: &[(usize, i64, String)]) 
         });
     }
     Ok(out)
+}
+
+/// Whether an instance of job `wuid` was ever sent to host `host_id`.
+fn ran_on(c: &Connection, wuid: i64, host_id: i64) -> Res<bool> {
+    Ok(c.prepare_cached("SELECT 1 FROM result WHERE workunitid = ?1 AND host_id = ?2 LIMIT 1")?.exists(params![wuid, host_id])?)
+}
+
+/// A new unsent instance of the first job targeted at `host` (by host, or
+/// by its owner) that needs one, as BOINC's `send_targeted_jobs`: not
+/// errored or done, no transition pending, never sent to this host, and
+/// fewer unsent, in-progress and successful instances than its target.
+fn targeted_instance(c: &Connection, host: &FreeHost, now: f64) -> Res<Option<(i64, i64)>> {
+    use crate::rpc::submit_rpc::{ASSIGN_HOST, ASSIGN_USER};
+    let wus: Vec<i64> = c
+        .prepare_cached(
+            "SELECT workunitid FROM assignment WHERE (target_type = ?1 AND target_id = ?2) \
+             OR (target_type = ?3 AND target_id = ?4 AND ?4 != 0) ORDER BY id",
+        )?
+        .query_map(params![ASSIGN_HOST, host.id, ASSIGN_USER, host.user_id], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for wuid in wus {
+        let Some(wu) = store::wu_by_id(c, wuid)? else { continue };
+        if wu.error_mask != 0 || wu.canonical_resultid != 0 || wu.transition_time <= now {
+            continue;
+        }
+        let results = store::results_of_wu(c, wu.id)?;
+        if results.iter().any(|x| x.host_id == host.id) {
+            continue;
+        }
+        let live = results
+            .iter()
+            .filter(|x| {
+                x.server_state != store::RS_OVER || (x.outcome == store::OUTCOME_SUCCESS && x.validate_state != store::VALIDATE_INVALID)
+            })
+            .count() as i64;
+        if wu.target_nresults - live <= 0 {
+            continue;
+        }
+        c.prepare_cached("INSERT INTO result (name, workunitid, batch, server_state) VALUES (?1, ?2, ?3, 2)")?.execute(params![
+            format!("{}_{}", wu.name, results.len()),
+            wu.id,
+            wu.batch
+        ])?;
+        return Ok(Some((c.last_insert_rowid(), wu.id)));
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

@@ -24,6 +24,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route("/users", web::post().to(add_user))
             .route("/clock", web::get().to(get_clock))
             .route("/clock", web::post().to(advance_clock))
+            .route("/hosts", web::get().to(get_hosts))
+            .route("/hosts", web::post().to(set_host))
             .route("/web", web::get().to(get_web))
             .route("/web", web::post().to(set_web)),
     );
@@ -111,7 +113,12 @@ fn build_state(ctx: &Ctx, c: &Connection, only_batch: Option<i64>, with_jobs: bo
             }));
         }
         for wu in store::wus_of_batch(c, b.id)? {
+            let target = store::wu_target(c, wu.id)?.map(|(kind, id)| {
+                let kind = if kind == crate::rpc::submit_rpc::ASSIGN_HOST { "host" } else { "user" };
+                json!({ "type": kind, "id": id })
+            });
             jobs.push(json!({
+                "target": target,
                 "id": wu.id,
                 "name": wu.name,
                 "batch": wu.batch,
@@ -161,6 +168,7 @@ fn build_state(ctx: &Ctx, c: &Connection, only_batch: Option<i64>, with_jobs: bo
         "project_url": ctx.project_url,
         "server_time": ctx.clock.now(),
         "time_scale": ctx.clock.scale(),
+        "hosts": hosts_json(ctx, c)?,
         "batches": jb,
         "jobs": jobs,
         "files": files,
@@ -229,6 +237,77 @@ async fn add_user(body: web::Bytes, ctx: web::Data<Ctx>) -> HttpResponse {
         Ok(None) => bad_request("authenticator already in use"),
         Err(r) => r,
     }
+}
+
+/// The hosts with their behaviour now and the instance each is running.
+fn hosts_json(ctx: &Ctx, c: &Connection) -> Res<Value> {
+    let running: HashMap<i64, (i64, String)> = c
+        .prepare_cached("SELECT host_id, id, name FROM result WHERE server_state = 4 ORDER BY id")?
+        .query_map([], |r| Ok((r.get(0)?, (r.get(1)?, r.get(2)?))))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut out = Vec::new();
+    for h in ctx.hosts() {
+        let mut v = serde_json::to_value(&h).unwrap_or(Value::Null);
+        v["running"] = running.get(&h.id).map(|(id, name)| json!({ "id": id, "name": name })).unwrap_or(Value::Null);
+        out.push(v);
+    }
+    Ok(Value::Array(out))
+}
+
+async fn get_hosts(ctx: web::Data<Ctx>) -> HttpResponse {
+    let ctx = ctx.into_inner();
+    match with_db(ctx, hosts_json).await {
+        Ok(v) => HttpResponse::Ok().json(v),
+        Err(r) => r,
+    }
+}
+
+/// `POST __sim/hosts` body: a host by `id` or `name`, and the behaviour
+/// fields to change.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HostChange {
+    #[serde(default)]
+    id: Option<i64>,
+    #[serde(default)]
+    name: Option<String>,
+    flops: Option<f64>,
+    error_rate: Option<f64>,
+    straggler_rate: Option<f64>,
+    straggler_factor: Option<f64>,
+    lost_rate: Option<f64>,
+}
+
+/// Changes one host's behaviour for the instances it gets from now on
+/// (an instance it already has keeps its fate).
+async fn set_host(body: web::Bytes, ctx: web::Data<Ctx>) -> HttpResponse {
+    let ch: HostChange = match serde_json::from_slice(&body) {
+        Ok(c) => c,
+        Err(e) => return bad_request(e),
+    };
+    let mut hosts = ctx.hosts.lock().unwrap_or_else(|e| e.into_inner());
+    let found = hosts.iter_mut().find(|h| Some(h.id) == ch.id || ch.name.as_deref() == Some(h.name.as_str()));
+    let Some(h) = found else {
+        return bad_request("no such host (give its \"id\" or \"name\")");
+    };
+    let mut b = h.behaviour;
+    for (field, v) in [
+        (&mut b.flops, ch.flops),
+        (&mut b.error_rate, ch.error_rate),
+        (&mut b.straggler_rate, ch.straggler_rate),
+        (&mut b.straggler_factor, ch.straggler_factor),
+        (&mut b.lost_rate, ch.lost_rate),
+    ] {
+        if let Some(v) = v {
+            *field = v;
+        }
+    }
+    if let Err(e) = b.validate() {
+        return bad_request(format!("host {}: {e}", h.name));
+    }
+    h.behaviour = b;
+    tracing::info!(host = %h.name, ?b, "host behaviour changed");
+    HttpResponse::Ok().json(&*h)
 }
 
 async fn get_clock(ctx: web::Data<Ctx>) -> HttpResponse {

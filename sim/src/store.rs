@@ -162,6 +162,18 @@ CREATE TABLE IF NOT EXISTS batch_file_assoc (
     UNIQUE (job_file_id, batch_id)
 );
 CREATE INDEX IF NOT EXISTS bfa_batch ON batch_file_assoc (batch_id);
+-- Jobs targeted at a host or a user (create_work --target_host/--target_user):
+-- the transitioner makes no instances for them; the scheduler makes one when
+-- a matching host asks for work.
+CREATE TABLE IF NOT EXISTS assignment (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    create_time REAL NOT NULL,
+    target_type INTEGER NOT NULL,
+    target_id INTEGER NOT NULL,
+    workunitid INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS assignment_wu ON assignment (workunitid);
+CREATE INDEX IF NOT EXISTS assignment_target ON assignment (target_type, target_id);
 ";
 
 /// The database behind its mutex.
@@ -552,6 +564,13 @@ pub fn result_by_id(c: &Connection, id: i64) -> Res<Option<Instance>> {
 
 pub fn result_by_name(c: &Connection, name: &str) -> Res<Option<Instance>> {
     Ok(c.prepare_cached(&format!("SELECT {RESULT_COLS} FROM result WHERE name = ?1 LIMIT 1"))?.query_row([name], result_row).optional()?)
+}
+
+/// A job's target as `(target_type, target_id)`, if it has one.
+pub fn wu_target(c: &Connection, wu_id: i64) -> Res<Option<(i64, i64)>> {
+    Ok(c.prepare_cached("SELECT target_type, target_id FROM assignment WHERE workunitid = ?1 ORDER BY id LIMIT 1")?
+        .query_row([wu_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?)
 }
 
 pub fn results_of_wu(c: &Connection, wu_id: i64) -> Res<Vec<Instance>> {

@@ -117,6 +117,12 @@ struct NewJob {
     name: String,
     command_line: String,
     inputs: Vec<String>,
+    /// `<target_team>`, `<target_user>`, `<target_host>` as the PHP reads
+    /// them (`(int)`); the first non-zero in that order is passed on.
+    targets: [i64; 3],
+    /// What `create_work` made of the job's line: the assignment (BOINC's
+    /// `ASSIGN_HOST` or `ASSIGN_USER` and the id), or why it stopped.
+    assign: Result<Option<(i64, i64)>, String>,
 }
 
 /// Stages one `<input_file>` as `stage_files()` does; returns the
@@ -170,7 +176,13 @@ fn read_jobs(ctx: &Ctx, app: &App, b: &Element) -> Result<Vec<NewJob>, Fail> {
         for f in j.all("input_file") {
             inputs.push(stage_file(ctx, f)?);
         }
-        out.push(NewJob { name: j.str("name").to_string(), command_line: j.str("command_line").to_string(), inputs });
+        out.push(NewJob {
+            name: j.str("name").to_string(),
+            command_line: j.str("command_line").to_string(),
+            inputs,
+            targets: [j.int("target_team"), j.int("target_user"), j.int("target_host")],
+            assign: Ok(None),
+        });
     }
     Ok(out)
 }
@@ -213,9 +225,14 @@ fn submit_batch(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f
     Ok(())
 }
 
-/// BOINC's `create_work --stdin`: all of the batch's jobs in one
-/// transaction; `Ok(Err(stderr))` when the tool would fail (a missing
-/// input file, a job name already taken), and then no job is created.
+/// BOINC's `create_work --stdin`, line by line as the tool goes: a line
+/// that stops the tool (a `local_staged` file missing from the download
+/// store, an option it does not take per job such as `--target_team`)
+/// fails it there; a targeted job is inserted on its own as soon as its
+/// line is read (with its assignment), the others together at the end, so
+/// a failure keeps the targeted jobs of earlier lines and none of the
+/// others, and a name already taken fails the final insert (no untargeted
+/// job created). `Ok(Err(stderr))` when the tool fails.
 fn create_work(
     ctx: &Ctx,
     c: &Connection,
@@ -230,20 +247,6 @@ fn create_work(
     // the words after it are read as input file names.
     for j in jobs.iter_mut() {
         reparse_job_line(j);
-    }
-    // Inputs must be in the download store (create_work takes their MD5).
-    let mut present: HashMap<&str, bool> = HashMap::new();
-    for j in jobs.iter() {
-        for f in &j.inputs {
-            let ok = *present.entry(f.as_str()).or_insert_with(|| super::valid_filename(f) && ctx.dirs.download.join(f).is_file());
-            if !ok {
-                let path = ctx.dirs.download.join(f);
-                return Ok(Err(format!(
-                    "md5_file: can't open {}\nprocess_input_template: md5_file fopen() failed\ncreate_work() failed: -108\n",
-                    path.display()
-                )));
-            }
-        }
     }
     // Parameters: the template's values win over the request's (spec §4.4).
     let jp = b.child("job_params");
@@ -273,57 +276,94 @@ fn create_work(
         }
     }
 
+    let mut ins = c.prepare_cached(
+        "INSERT INTO workunit (name, appid, batch, create_time, mod_time, transition_time, \
+         rsc_fpops_est, rsc_fpops_bound, rsc_memory_bound, rsc_disk_bound, delay_bound, \
+         app_version_num, priority, command_line, input_files, min_quorum, target_nresults, \
+         max_error_results, max_total_results, max_success_results) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+    )?;
+    // Ok(false): the name is taken.
+    let mut insert = |i: usize, j: &NewJob| -> Result<bool, Fail> {
+        let per_job = job_fpops.get(i).copied().unwrap_or(0.0);
+        let fpops_est = or(spec.fpops_est, if per_job != 0.0 { per_job } else { batch_fpops });
+        let res = ins.execute(params![
+            j.name,
+            app.id,
+            batch_id,
+            now,
+            secs(now),
+            now,
+            fpops_est,
+            fpops_bound,
+            memory_bound,
+            disk_bound,
+            delay_bound,
+            app_version_num,
+            priority,
+            j.command_line,
+            j.inputs.join("\n"),
+            spec.min_quorum,
+            spec.target_nresults,
+            spec.max_error_results,
+            spec.max_total_results,
+            spec.max_success_results,
+        ]);
+        match res {
+            Ok(_) => Ok(true),
+            Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == rusqlite::ErrorCode::ConstraintViolation => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    };
+    let dup_msg = |name: &str| format!("wu.insert_batch() failed: -1\nMySQL error: Duplicate entry '{name}' for key 'name'\n");
+
+    // Inputs must be in the download store (create_work takes their MD5).
+    let mut present: HashMap<&str, bool> = HashMap::new();
+    let mut untargeted: Vec<usize> = Vec::new();
+    let mut failure: Option<String> = None;
+    for (i, j) in jobs.iter().enumerate() {
+        let assign = match &j.assign {
+            Ok(a) => *a,
+            Err(msg) => {
+                failure = Some(msg.clone());
+                break;
+            }
+        };
+        let missing = j
+            .inputs
+            .iter()
+            .find(|f| !*present.entry(f.as_str()).or_insert_with(|| super::valid_filename(f) && ctx.dirs.download.join(f).is_file()));
+        if let Some(f) = missing {
+            let path = ctx.dirs.download.join(f);
+            failure = Some(format!(
+                "md5_file: can't open {}\nprocess_input_template: md5_file fopen() failed\ncreate_work() failed: -108\n",
+                path.display()
+            ));
+            break;
+        }
+        let Some((target_type, target_id)) = assign else {
+            untargeted.push(i);
+            continue;
+        };
+        if !insert(i, j)? {
+            failure = Some(dup_msg(&j.name));
+            break;
+        }
+        let wu_id = c.last_insert_rowid();
+        c.prepare_cached("INSERT INTO assignment (create_time, target_type, target_id, workunitid) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![now, target_type, target_id, wu_id])?;
+    }
+    if let Some(msg) = failure {
+        return Ok(Err(msg));
+    }
+    // The untargeted jobs: one multi-row insert, all or nothing.
     let tx = c.unchecked_transaction()?;
-    {
-        let mut ins = tx.prepare_cached(
-            "INSERT INTO workunit (name, appid, batch, create_time, mod_time, transition_time, \
-             rsc_fpops_est, rsc_fpops_bound, rsc_memory_bound, rsc_disk_bound, delay_bound, \
-             app_version_num, priority, command_line, input_files, min_quorum, target_nresults, \
-             max_error_results, max_total_results, max_success_results) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
-        )?;
-        let mut seen: HashSet<&str> = HashSet::with_capacity(jobs.len());
-        for (i, j) in jobs.iter().enumerate() {
-            let duplicate = !seen.insert(j.name.as_str());
-            let per_job = job_fpops.get(i).copied().unwrap_or(0.0);
-            let fpops_est = or(spec.fpops_est, if per_job != 0.0 { per_job } else { batch_fpops });
-            let dup_msg = || format!("wu.insert_batch() failed: -1\nMySQL error: Duplicate entry '{}' for key 'name'\n", j.name);
-            if duplicate {
-                drop(ins);
-                tx.rollback()?;
-                return Ok(Err(dup_msg()));
-            }
-            let res = ins.execute(params![
-                j.name,
-                app.id,
-                batch_id,
-                now,
-                secs(now),
-                now,
-                fpops_est,
-                fpops_bound,
-                memory_bound,
-                disk_bound,
-                delay_bound,
-                app_version_num,
-                priority,
-                j.command_line,
-                j.inputs.join("\n"),
-                spec.min_quorum,
-                spec.target_nresults,
-                spec.max_error_results,
-                spec.max_total_results,
-                spec.max_success_results,
-            ]);
-            match res {
-                Ok(_) => {}
-                Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == rusqlite::ErrorCode::ConstraintViolation => {
-                    drop(ins);
-                    tx.rollback()?;
-                    return Ok(Err(dup_msg()));
-                }
-                Err(e) => return Err(e.into()),
-            }
+    let mut seen: HashSet<&str> = HashSet::with_capacity(untargeted.len());
+    for &i in &untargeted {
+        let j = &jobs[i];
+        if !seen.insert(j.name.as_str()) || !insert(i, j)? {
+            tx.rollback()?;
+            return Ok(Err(dup_msg(&j.name)));
         }
     }
     tx.commit()?;
@@ -342,23 +382,50 @@ fn reparse_job_line(j: &mut NewJob) {
     if !j.command_line.is_empty() {
         line.push_str(&format!(" --command_line \"{}\"", j.command_line));
     }
+    match j.targets {
+        [team, _, _] if team != 0 => line.push_str(&format!(" --target_team {team}")),
+        [_, user, _] if user != 0 => line.push_str(&format!(" --target_user {user}")),
+        [_, _, host] if host != 0 => line.push_str(&format!(" --target_host {host}")),
+        _ => {}
+    }
     for f in &j.inputs {
         line.push(' ');
         line.push_str(f);
     }
     let mut words = crate::apps::split_command_line(&line).into_iter();
     let (mut name, mut command_line, mut inputs) = (String::new(), String::new(), Vec::new());
+    let mut assign = Ok(None);
     while let Some(w) = words.next() {
         match w.as_str() {
             "--wu_name" => name = words.next().unwrap_or_default(),
             "--command_line" => command_line = words.next().unwrap_or_default(),
+            // create_work takes a per-job host or user target (C atoi; 0 is
+            // refused), but not a team: that stops it.
+            "--target_host" | "--target_user" => {
+                let id = php::to_int(&words.next().unwrap_or_default());
+                let kind = if w == "--target_host" { ASSIGN_HOST } else { ASSIGN_USER };
+                if id == 0 {
+                    assign = Err("you must specify a nonzero database ID for assigning jobs to users, teams, or hosts.\n".to_string());
+                    break;
+                }
+                assign = Ok(Some((kind, id)));
+            }
+            "--target_team" => {
+                assign = Err("create_work: bad stdin argument '--target_team'\n".to_string());
+                break;
+            }
             _ => inputs.push(w),
         }
     }
     j.name = name;
     j.command_line = command_line.replace('\\', "");
     j.inputs = inputs;
+    j.assign = assign;
 }
+
+/// BOINC's `assignment.target_type` values.
+pub const ASSIGN_HOST: i64 = 1;
+pub const ASSIGN_USER: i64 = 2;
 
 fn estimate_batch(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut) -> Step {
     out.start("estimate_batch");

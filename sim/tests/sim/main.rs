@@ -12,6 +12,7 @@ mod t_files;
 mod t_jobs;
 mod t_lifecycle;
 mod t_perf;
+mod t_steps;
 mod t_wire;
 
 use std::future::Future;
@@ -55,6 +56,9 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         t_jobs::min_mod_time_semantics,
         t_lifecycle::retire_and_expiry_delete_files,
         t_lifecycle::restart_keeps_state,
+        t_steps::stepper_jobs_end_to_end,
+        t_steps::jobs_go_only_to_their_target,
+        t_steps::stalled_hosts_hold_their_work,
         t_perf::big_batch,
         t_cli::ready_line_and_stdin_close,
     ]
