@@ -611,22 +611,21 @@ fn ran_on(c: &Connection, wuid: i64, host_id: i64) -> Res<bool> {
 /// fewer unsent, in-progress and successful instances than its target.
 fn targeted_instance(c: &Connection, host: &FreeHost, now: f64) -> Res<Option<(i64, i64)>> {
     use crate::rpc::submit_rpc::{ASSIGN_HOST, ASSIGN_USER};
+    // Done, errored and already-tried jobs are filtered here: the
+    // assignments stay for ever, and a stalled host's jobs pile up.
     let wus: Vec<i64> = c
         .prepare_cached(
-            "SELECT workunitid FROM assignment WHERE (target_type = ?1 AND target_id = ?2) \
-             OR (target_type = ?3 AND target_id = ?4 AND ?4 != 0) ORDER BY id",
+            "SELECT a.workunitid FROM assignment a JOIN workunit w ON w.id = a.workunitid \
+             WHERE ((a.target_type = ?1 AND a.target_id = ?2) OR (a.target_type = ?3 AND a.target_id = ?4 AND ?4 != 0)) \
+             AND w.error_mask = 0 AND w.canonical_resultid = 0 AND w.transition_time > ?5 \
+             AND NOT EXISTS (SELECT 1 FROM result r WHERE r.workunitid = a.workunitid AND r.host_id = ?2) \
+             ORDER BY a.id",
         )?
-        .query_map(params![ASSIGN_HOST, host.id, ASSIGN_USER, host.user_id], |r| r.get(0))?
+        .query_map(params![ASSIGN_HOST, host.id, ASSIGN_USER, host.user_id, now], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for wuid in wus {
         let Some(wu) = store::wu_by_id(c, wuid)? else { continue };
-        if wu.error_mask != 0 || wu.canonical_resultid != 0 || wu.transition_time <= now {
-            continue;
-        }
         let results = store::results_of_wu(c, wu.id)?;
-        if results.iter().any(|x| x.host_id == host.id) {
-            continue;
-        }
         let live = results
             .iter()
             .filter(|x| {

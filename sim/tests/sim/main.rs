@@ -59,6 +59,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         t_steps::stepper_jobs_end_to_end,
         t_steps::jobs_go_only_to_their_target,
         t_steps::stalled_hosts_hold_their_work,
+        t_steps::targets_survive_a_restart,
         t_perf::big_batch,
         t_cli::ready_line_and_stdin_close,
     ]

@@ -262,3 +262,29 @@ pub async fn stalled_hosts_hold_their_work() {
     assert_eq!(instances(&st, "sl3_on4")[0]["host_id"], 4);
     sim.stop().await;
 }
+
+pub async fn targets_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let d2 = d.clone();
+    let sim = TestSim::start(move |o| o.dir = Some(d2)).await;
+    let id = sim.create_batch("rs", 0.0).await;
+    let names = sim.stage(id, &[b"", b"r"]).await;
+    let list =
+        [("rs_99", "", names.clone(), "<target_host>99</target_host>\n"), ("rs_2", "", names.clone(), "<target_host>2</target_host>\n")];
+    sim.rpc(&submit_with(&sim.auth, id, "stepper", &list)).await;
+    sim.stop().await;
+
+    let d2 = d.clone();
+    let sim = TestSim::start(move |o| o.dir = Some(d2)).await;
+    let st = wait_for("the host-2 step after the restart", Duration::from_secs(20), || async {
+        let st = sim.state_of(id).await;
+        (job(&st, "rs_2")["status"] == "DONE").then_some(st)
+    })
+    .await;
+    assert_eq!(instances(&st, "rs_2").iter().map(|x| x["host_id"].as_i64().unwrap()).collect::<Vec<_>>(), [2]);
+    assert_eq!(job(&st, "rs_99")["target"], json!({"type": "host", "id": 99}));
+    assert_eq!(job(&st, "rs_99")["status"], "UNSENT");
+    assert!(instances(&st, "rs_99").is_empty());
+    sim.stop().await;
+}
