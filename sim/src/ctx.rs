@@ -96,6 +96,11 @@ impl Ctx {
         self.hosts.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The behaviour of the host at `idx` (id - 1) now.
+    pub fn host_behaviour(&self, idx: usize) -> Option<HostBehaviour> {
+        self.hosts.lock().unwrap_or_else(|e| e.into_inner()).get(idx).map(|h| h.behaviour)
+    }
+
     pub fn web_stopped(&self) -> bool {
         self.web_stopped.load(Ordering::SeqCst)
     }

@@ -237,12 +237,12 @@ impl Engine {
     }
 
     fn start_instance(&mut self, d: Dispatch) {
-        let h = &mut self.hosts[d.host];
-        h.busy = Some(d.result_id);
         // The behaviour in force now (it may have changed at run time).
-        let Some(b) = self.ctx.hosts().get(d.host).map(|x| x.behaviour) else {
+        let Some(b) = self.ctx.host_behaviour(d.host) else {
             return;
         };
+        let h = &mut self.hosts[d.host];
+        h.busy = Some(d.result_id);
         let factor = if self.rng.gen::<f64>() < b.straggler_rate { b.straggler_factor } else { 1.0 };
         let lost = self.rng.gen::<f64>() < b.lost_rate;
         let host_error = self.rng.gen::<f64>() < b.error_rate;
