@@ -244,6 +244,7 @@ pub async fn start(opts: SimOptions) -> std::io::Result<SimHandle> {
         app_exe: opts.app_exe,
         counts: Mutex::new(Default::default()),
         web_stopped: std::sync::atomic::AtomicBool::new(false),
+        batch_zip_spoil: Mutex::new(None),
         cfg,
     });
 
