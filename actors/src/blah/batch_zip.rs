@@ -86,6 +86,10 @@ pub enum BatchZipError {
     UnsafeEntry(String),
 }
 
+/// A batch zip shared by the deliveries that take from it (each extraction
+/// runs on a blocking thread).
+pub type SharedBatchZip = std::sync::Arc<std::sync::Mutex<BatchZip>>;
+
 /// A downloaded batch zip, indexed for the jobs it was fetched for. The
 /// temporary file goes when this is dropped.
 pub struct BatchZip {

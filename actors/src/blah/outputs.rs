@@ -3,7 +3,6 @@
 //! §7.1), and the status ads. Downloads use OutputFetcher's machinery: a
 //! temporary file beside the destination, renamed over it.
 
-use std::cell::RefCell;
 use std::io::{self, Write};
 use std::path::Path;
 use std::time::Instant;
@@ -14,7 +13,7 @@ use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
 
 use crate::atomic_file;
-use crate::blah::batch_zip::BatchZip;
+use crate::blah::batch_zip::SharedBatchZip;
 use crate::blah::map::{self, OutputPlan, STDOUT_OUTPUT};
 use crate::config::BlahConfig;
 use crate::project::output_fetcher::{append, check_output_names, completed_job, extract_zip, fetch_file};
@@ -49,7 +48,7 @@ pub async fn deliver_done(
     batch: &str,
     ad: &ClassAd,
     templates: &Templates,
-    zip: Option<&RefCell<BatchZip>>,
+    zip: Option<&SharedBatchZip>,
     deadline: Instant,
 ) -> Result<ClassAd, String> {
     let auth = &key.authenticator;
@@ -60,18 +59,21 @@ pub async fn deliver_done(
 
     let get = |name: &str, dest: &Path| {
         let index = templates.outputs.iter().position(|n| n == name);
-        let unzipped = match (zip, index) {
-            (Some(zip), Some(i)) => zip.borrow_mut().extract(batch, i, dest).unwrap_or_else(|e| {
-                tracing::info!(job = batch, "can't take {name} from the batch's zip ({e}); downloading it alone");
-                false
-            }),
-            _ => false,
-        };
         let url = index.map(|i| request::output_url(&key.url, auth, batch, i));
-        let (name, dest) = (name.to_string(), dest.to_path_buf());
+        let from_zip = zip.cloned().zip(index);
+        let (name, dest, job) = (name.to_string(), dest.to_path_buf(), batch.to_string());
         async move {
-            if unzipped {
-                return Ok(0);
+            if let Some((zip, i)) = from_zip {
+                // Off the actors' thread: an entry may be large.
+                let (j, d) = (job.clone(), dest.clone());
+                let taken = tokio::task::spawn_blocking(move || zip.lock().unwrap_or_else(|e| e.into_inner()).extract(&j, i, &d))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("internal error: {e}")));
+                match taken {
+                    Ok(true) => return Ok(0),
+                    Ok(false) => {}
+                    Err(e) => tracing::info!(job, "can't take {name} from the batch's zip ({e}); downloading it alone"),
+                }
             }
             let url = url.ok_or_else(|| format!("the app has no output {name}"))?;
             fetch_file(rpc, url, &dest, deadline).await.map_err(|e| format!("can't fetch {}: {e}", dest.display()))

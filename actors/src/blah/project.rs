@@ -14,7 +14,6 @@
 //! loaded from there (a restarted daemon picks its jobs up by id), and a
 //! job it never recorded is still watched by its id alone.
 
-use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,7 +29,7 @@ use gahp_protocol::gahp::{AsyncCommand, BlahResult, CommandResult, SubmitBatch};
 use gahp_protocol::Authenticator;
 use tokio::sync::oneshot;
 
-use crate::blah::batch_zip::{self, BatchZip};
+use crate::blah::batch_zip::{self, SharedBatchZip};
 use crate::blah::map::{self, JobId, MapError};
 use crate::blah::outputs::{deliver_done, held_ad, resolve_error, status_ad};
 use crate::blah::store::{self, BlahStore, JobRecord, Phase};
@@ -618,9 +617,9 @@ impl BlahProject {
                     tracing::info!(batch = %b, "fetching the outputs job by job: {e}");
                 })
                 .ok()
-                .map(RefCell::new);
+                .map(|z| SharedBatchZip::new(z.into()));
             let (rpc, key, cfg, zip) = (&rpc, &key, &cfg, zip.as_ref());
-            let results: Vec<(String, Result<(i32, ClassAd), String>)> = futures_util::stream::iter(deliveries)
+            let results: Vec<(String, DeliveryOutcome)> = futures_util::stream::iter(deliveries)
                 .map(|d| async move {
                     let r = d.run(rpc, key, cfg, zip, deadline).await;
                     (d.job, r)
@@ -807,6 +806,9 @@ impl BlahProject {
 /// calls and file writes).
 const ZIP_DELIVERIES_AT_ONCE: usize = 16;
 
+/// How a delivery ended: the job's final status and ad, or why not.
+type DeliveryOutcome = Result<(i32, ClassAd), String>;
+
 /// One DONE job to deliver: its ad and its app's templates.
 struct Delivery {
     job: String,
@@ -820,9 +822,9 @@ impl Delivery {
         rpc: &Addr<RpcClient>,
         key: &ProjectKey,
         cfg: &BlahConfig,
-        zip: Option<&RefCell<BatchZip>>,
+        zip: Option<&SharedBatchZip>,
         deadline: Instant,
-    ) -> Result<(i32, ClassAd), String> {
+    ) -> DeliveryOutcome {
         let templates = self.templates.clone().ok_or("the job's app is not known")?;
         let templates = templates.await.map_err(|e| format!("error getting templates: {e}"))?;
         let done = deliver_done(rpc, key, cfg, &self.job, &self.ad, &templates, zip, deadline).await?;
