@@ -179,11 +179,32 @@ pub async fn fetch(
     let url = request::batch_files_url(&key.url, batch_id, &auth_str);
     let local = |err| BatchZipError::Local { dir: state_dir.to_path_buf(), err };
     std::fs::create_dir_all(state_dir).map_err(local)?;
-    let tmp = tempfile::Builder::new().prefix(".batch-outputs-").suffix(".zip").tempfile_in(state_dir).map_err(local)?;
+    remove_stale(state_dir, STALE_AFTER);
+    let tmp = tempfile::Builder::new().prefix(TEMP_PREFIX).suffix(".zip").tempfile_in(state_dir).map_err(local)?;
     rpc.download_at_most(url, tmp.path().to_path_buf(), MAX_ZIP_BYTES, deadline).await.map_err(BatchZipError::Download)?;
     tokio::task::spawn_blocking(move || BatchZip::open(tmp, &jobs))
         .await
         .unwrap_or_else(|e| Err(BatchZipError::Unreadable(format!("internal error: {e}"))))
+}
+
+const TEMP_PREFIX: &str = ".batch-outputs-";
+
+/// A zip this old was left by a daemon that was killed while using it.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// Removes the batch zips in `dir` older than `age` (a killed daemon leaves
+/// its temporary files behind; one in use is never that old).
+fn remove_stale(dir: &Path, age: std::time::Duration) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let ours = e.file_name().to_str().is_some_and(|n| n.starts_with(TEMP_PREFIX) && n.ends_with(".zip"));
+        let old = e.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_some_and(|d| d >= age);
+        if ours && old {
+            if let Err(err) = std::fs::remove_file(e.path()) {
+                tracing::info!("can't remove the stale {}: {err}", e.path().display());
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -267,6 +288,20 @@ mod tests {
         // The real server's answer when nothing has finished: an empty file.
         let empty = NamedTempFile::new().unwrap();
         assert!(matches!(BatchZip::open(empty, &jobs(&["a"])), Err(BatchZipError::Unreadable(_))));
+    }
+
+    #[test]
+    fn stale_zips_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in [".batch-outputs-x.zip", "state.sqlite3", ".batch-outputs-y.part"] {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        remove_stale(dir.path(), std::time::Duration::from_secs(3600));
+        assert!(dir.path().join(".batch-outputs-x.zip").exists(), "a fresh one may be in use");
+        remove_stale(dir.path(), std::time::Duration::ZERO);
+        let mut left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        left.sort();
+        assert_eq!(left, [".batch-outputs-y.part", "state.sqlite3"]);
     }
 
     #[test]
