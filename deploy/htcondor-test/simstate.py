@@ -13,6 +13,8 @@ see docs/sim.md) for deploy/htcondor-test/run. Standard library only.
 
   simstate.py URL batches ID...       one line per BOINC batch of these ids:
                                        batch-name state jobs-of-these-ids
+  simstate.py URL calls ENDPOINT       how many calls of ENDPOINT (e.g.
+                                       get_output.php:batch_files) the project served
 
 A job matches when the last '/'-separated part of ID (the daemon's job id,
 the last word of GridJobId: .../<batch>/<job>, or .../<job> when the batch
@@ -70,6 +72,9 @@ def main(argv):
     state = load(url)
     if cmd == "count":
         print(len(state.get("jobs", [])))
+        return 0
+    if cmd == "calls":
+        print(state.get("rpc_counts", {}).get(ident, 0))
         return 0
     if cmd == "batches":
         by_id = {b["id"]: b for b in state.get("batches", [])}

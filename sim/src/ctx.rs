@@ -76,6 +76,8 @@ pub struct Ctx {
     /// The volunteer hosts, by id - 1; their behaviour can change at run
     /// time (the scheduler reads it at each dispatch).
     pub hosts: Mutex<Vec<SimHost>>,
+    /// Set by `__sim/batch_zip`: how batch_files zips are spoiled.
+    pub batch_zip_spoil: Mutex<Option<ZipSpoil>>,
 }
 
 impl Ctx {
@@ -119,4 +121,19 @@ impl Ctx {
     pub fn html(&self, s: &str) -> String {
         crate::php::html(s, self.cfg.quirks.escape_apostrophe)
     }
+}
+
+/// How `__sim/batch_zip` spoils the batch_files zips (for tests of a
+/// client's defences).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ZipSpoil {
+    /// The first entry's bytes changed (its CRC no longer matches).
+    Corrupt,
+    /// An extra entry named `../escaped`.
+    Escape,
+    /// The first entry left out.
+    DropFirst,
+    /// Bytes that are not a zip archive.
+    Garbage,
 }

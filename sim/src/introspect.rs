@@ -27,7 +27,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route("/hosts", web::get().to(get_hosts))
             .route("/hosts", web::post().to(set_host))
             .route("/web", web::get().to(get_web))
-            .route("/web", web::post().to(set_web)),
+            .route("/web", web::post().to(set_web))
+            .route("/batch_zip", web::post().to(set_batch_zip)),
     );
 }
 
@@ -347,6 +348,25 @@ async fn set_web(body: web::Bytes, ctx: web::Data<Ctx>) -> HttpResponse {
         Ok(w) => {
             ctx.web_stopped.store(w.stopped, std::sync::atomic::Ordering::SeqCst);
             HttpResponse::Ok().json(json!({ "stopped": w.stopped }))
+        }
+        Err(e) => bad_request(e),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchZipSwitch {
+    spoil: Option<crate::ctx::ZipSpoil>,
+}
+
+/// `POST __sim/batch_zip {"spoil": "corrupt"}` (or `escape`, `drop_first`,
+/// `garbage`; `null` for none): how `get_output.php?cmd=batch_files` zips
+/// are spoiled from now on.
+async fn set_batch_zip(body: web::Bytes, ctx: web::Data<Ctx>) -> HttpResponse {
+    match serde_json::from_slice::<BatchZipSwitch>(&body) {
+        Ok(z) => {
+            *ctx.batch_zip_spoil.lock().unwrap_or_else(|e| e.into_inner()) = z.spoil;
+            HttpResponse::Ok().json(json!({ "spoil": z.spoil }))
         }
         Err(e) => bad_request(e),
     }

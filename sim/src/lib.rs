@@ -245,6 +245,7 @@ pub async fn start(opts: SimOptions) -> std::io::Result<SimHandle> {
         counts: Mutex::new(Default::default()),
         web_stopped: std::sync::atomic::AtomicBool::new(false),
         hosts: Mutex::new(ctx::SimHost::all(&cfg)),
+        batch_zip_spoil: Mutex::new(None),
         cfg,
     });
 

@@ -74,7 +74,7 @@ pub fn project_key(url: &str, authenticator_file: &Path) -> String {
     hex_md5(&bytes)[..12].to_string()
 }
 
-fn hex_md5(bytes: &[u8]) -> String {
+pub(crate) fn hex_md5(bytes: &[u8]) -> String {
     Md5::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 

@@ -2,6 +2,7 @@
 //! actor per BOINC project on that project's tree, the job-ad mapping, the
 //! output delivery and the durable job records.
 
+pub mod batch_zip;
 pub mod jobs;
 pub mod map;
 pub mod outputs;

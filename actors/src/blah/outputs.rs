@@ -13,6 +13,7 @@ use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
 
 use crate::atomic_file;
+use crate::blah::batch_zip::SharedBatchZip;
 use crate::blah::map::{self, OutputPlan, STDOUT_OUTPUT};
 use crate::config::BlahConfig;
 use crate::project::output_fetcher::{append, check_output_names, completed_job, extract_zip, fetch_file};
@@ -37,7 +38,9 @@ pub fn held_ad(batch: &str, reason: &str) -> ClassAd {
 /// Places a completed (DONE) job's files: each planned output, `Out` (the
 /// app's `stdout` output, else an empty file) and `Err` (the BOINC stderr
 /// text); returns its status-4 ad. `templates` are its app's (the
-/// project actor's cache: no get_templates per job).
+/// project actor's cache: no get_templates per job). An output `zip` (its
+/// batch's) holds is taken from it; any other is downloaded alone.
+#[allow(clippy::too_many_arguments)]
 pub async fn deliver_done(
     rpc: &Addr<RpcClient>,
     key: &ProjectKey,
@@ -45,6 +48,7 @@ pub async fn deliver_done(
     batch: &str,
     ad: &ClassAd,
     templates: &Templates,
+    zip: Option<&SharedBatchZip>,
     deadline: Instant,
 ) -> Result<ClassAd, String> {
     let auth = &key.authenticator;
@@ -54,9 +58,23 @@ pub async fn deliver_done(
     let job = completed_job(rpc, auth, batch, deadline).await?;
 
     let get = |name: &str, dest: &Path| {
-        let url = templates.outputs.iter().position(|n| n == name).map(|i| request::output_url(&key.url, auth, batch, i));
-        let (name, dest) = (name.to_string(), dest.to_path_buf());
+        let index = templates.outputs.iter().position(|n| n == name);
+        let url = index.map(|i| request::output_url(&key.url, auth, batch, i));
+        let from_zip = zip.cloned().zip(index);
+        let (name, dest, job) = (name.to_string(), dest.to_path_buf(), batch.to_string());
         async move {
+            if let Some((zip, i)) = from_zip {
+                // Off the actors' thread: an entry may be large.
+                let (j, d) = (job.clone(), dest.clone());
+                let taken = tokio::task::spawn_blocking(move || zip.lock().unwrap_or_else(|e| e.into_inner()).extract(&j, i, &d))
+                    .await
+                    .unwrap_or_else(|e| Err(format!("internal error: {e}")));
+                match taken {
+                    Ok(true) => return Ok(0),
+                    Ok(false) => {}
+                    Err(e) => tracing::info!(job, "can't take {name} from the batch's zip ({e}); downloading it alone"),
+                }
+            }
             let url = url.ok_or_else(|| format!("the app has no output {name}"))?;
             fetch_file(rpc, url, &dest, deadline).await.map_err(|e| format!("can't fetch {}: {e}", dest.display()))
         }

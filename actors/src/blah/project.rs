@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
+use futures_util::StreamExt;
 use gahp_protocol::boinc::{reply, request, Script, Templates};
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
@@ -28,11 +29,12 @@ use gahp_protocol::gahp::{AsyncCommand, BlahResult, CommandResult, SubmitBatch};
 use gahp_protocol::Authenticator;
 use tokio::sync::oneshot;
 
+use crate::blah::batch_zip::{self, SharedBatchZip};
 use crate::blah::map::{self, JobId, MapError};
 use crate::blah::outputs::{deliver_done, held_ad, resolve_error, status_ad};
 use crate::blah::store::{self, BlahStore, JobRecord, Phase};
 use crate::clock::unix_now;
-use crate::config::DaemonConfig;
+use crate::config::{BlahConfig, DaemonConfig};
 use crate::file_stager::FileStager;
 use crate::project::rpc::{Rpc, RpcClient, RpcError};
 use crate::project::submit_pipeline::{RunPipeline, SubmitError, SubmitPipeline, PROJECT_DOWN};
@@ -98,6 +100,8 @@ pub struct BlahProject {
     submitting: HashSet<String>,
     /// Batches retired (or being retired) by this daemon.
     retired_batches: HashSet<String>,
+    /// BOINC batch ids by name, learnt for their zips of outputs.
+    batch_ids: HashMap<String, i64>,
     refreshing: bool,
     refresh_again: bool,
     upkeep_running: bool,
@@ -196,6 +200,7 @@ impl BlahProject {
             templates: HashMap::new(),
             submitting: HashSet::new(),
             retired_batches: HashSet::new(),
+            batch_ids: HashMap::new(),
             refreshing: false,
             refresh_again: false,
             upkeep_running: false,
@@ -316,7 +321,7 @@ impl BlahProject {
     }
 
     fn refreshed(&mut self, states: BatchStates, ctx: &mut Context<Self>) {
-        let BatchStates { states, answered, gone } = states;
+        let BatchStates { states, answered, finished, gone } = states;
         let gone: HashMap<String, String> = gone.into_iter().collect();
         let mut lost = Vec::new();
         for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched()) {
@@ -345,11 +350,25 @@ impl BlahProject {
         }
         let todo: Vec<(String, String)> =
             self.jobs.iter().filter(|(_, j)| j.watched() && !j.busy).filter_map(|(b, j)| j.boinc.clone().map(|s| (b.clone(), s))).collect();
+        // DONE jobs by BOINC batch: several of one batch may share its zip.
+        let mut done: HashMap<String, Vec<String>> = HashMap::new();
         for (job, status) in todo {
             match status.as_str() {
-                "DONE" => self.deliver(job, ctx),
+                "DONE" => match self.jobs.get(&job) {
+                    Some(j) if j.ad.is_some() => done.entry(j.batch.clone()).or_default().push(job),
+                    _ => self.deliver(job, ctx),
+                },
                 "ERROR" => self.resolve(job, ctx),
                 _ => {}
+            }
+        }
+        for (batch, jobs) in done {
+            if batch_zip::worth_a_zip(jobs.len(), finished.get(&batch).copied().unwrap_or(0)) {
+                self.deliver_from_zip(batch, jobs, ctx);
+            } else {
+                for job in jobs {
+                    self.deliver(job, ctx);
+                }
             }
         }
     }
@@ -559,22 +578,80 @@ impl BlahProject {
     /// Places a DONE job's files, then makes its status 4.
     fn deliver(&mut self, batch: String, ctx: &mut Context<Self>) {
         let Some(rpc) = self.rpc.clone() else { return };
-        let Some(job) = self.jobs.get_mut(&batch) else { return };
+        let Some(delivery) = self.delivery(&batch) else { return };
+        let (key, cfg) = (self.key.clone(), self.config.blah.clone());
+        let deadline = Instant::now() + self.config.command_timeout;
+        let work = async move { delivery.run(&rpc, &key, &cfg, None, deadline).await };
+        self.run(ctx, work, move |act, r, _| act.settled(&batch, r));
+    }
+
+    /// Places the files of several DONE jobs of one BOINC batch from the
+    /// batch's zip (one download), each job's status then 4; what the zip
+    /// does not cover, or all of it if the zip can't be had, is downloaded
+    /// job by job.
+    fn deliver_from_zip(&mut self, boinc_batch: String, jobs: Vec<String>, ctx: &mut Context<Self>) {
+        let Some(rpc) = self.rpc.clone() else { return };
+        let deliveries: Vec<Delivery> = jobs.iter().filter_map(|j| self.delivery(j)).collect();
+        if deliveries.is_empty() {
+            return;
+        }
+        let (key, cfg) = (self.key.clone(), self.config.blah.clone());
+        let known_id = self.batch_ids.get(&boinc_batch).copied();
+        let state_dir = self.config.state_dir.clone();
+        let now = Instant::now();
+        let (zip_deadline, deadline) = (now + self.config.rpc_timeout, now + self.config.command_timeout);
+        let b = boinc_batch.clone();
+        let work = async move {
+            let id = match known_id {
+                Some(id) => Ok(id),
+                None => batch_zip::batch_id(&rpc, &key.authenticator, &b, zip_deadline).await,
+            };
+            let wanted = deliveries.iter().map(|d| d.job.clone()).collect();
+            let (id, zip) = match id {
+                Ok(id) => (Some(id), batch_zip::fetch(&rpc, &key, id, &state_dir, wanted, zip_deadline).await),
+                Err(e) => (None, Err(e)),
+            };
+            let zip = zip
+                .map_err(|e| {
+                    let e = key.authenticator.redact_in(&e.to_string());
+                    tracing::info!(batch = %b, "fetching the outputs job by job: {e}");
+                })
+                .ok()
+                .map(|z| SharedBatchZip::new(z.into()));
+            let (rpc, key, cfg, zip) = (&rpc, &key, &cfg, zip.as_ref());
+            let results: Vec<(String, DeliveryOutcome)> = futures_util::stream::iter(deliveries)
+                .map(|d| async move {
+                    let r = d.run(rpc, key, cfg, zip, deadline).await;
+                    (d.job, r)
+                })
+                .buffer_unordered(ZIP_DELIVERIES_AT_ONCE)
+                .collect()
+                .await;
+            (id, results)
+        };
+        self.run(ctx, work, move |act, (id, results), _| {
+            if let Some(id) = id {
+                act.batch_ids.insert(boinc_batch, id);
+            }
+            for (job, r) in results {
+                act.settled(&job, r);
+            }
+        });
+    }
+
+    /// What delivering a DONE job needs; the job is then busy. A job
+    /// without its ad is held here (nothing says where its files go).
+    fn delivery(&mut self, batch: &str) -> Option<Delivery> {
+        let job = self.jobs.get_mut(batch)?;
         let Some(ad) = job.ad.clone() else {
             let reason = "the daemon has no record of where this job's outputs go (its state database was lost); \
                           condor_release the job to run it again";
-            return self.finish(&batch, job_status::HELD, held_ad(&batch, reason));
+            self.finish(batch, job_status::HELD, held_ad(batch, reason));
+            return None;
         };
         job.busy = true;
-        let (key, cfg) = (self.key.clone(), self.config.blah.clone());
-        let templates = map::choose_app(&ad, &cfg).ok().and_then(|(app, _)| self.templates(&app));
-        let deadline = Instant::now() + self.config.command_timeout;
-        let b = batch.clone();
-        let work = async move {
-            let templates = templates.ok_or("the job's app is not known")?.await.map_err(|e| format!("error getting templates: {e}"))?;
-            deliver_done(&rpc, &key, &cfg, &b, &ad, &templates, deadline).await.map(|ad| (job_status::COMPLETED, ad))
-        };
-        self.run(ctx, work, move |act, r, _| act.settled(&batch, r));
+        let templates = map::choose_app(&ad, &self.config.blah).ok().and_then(|(app, _)| self.templates(&app));
+        Some(Delivery { job: batch.to_string(), ad, templates })
     }
 
     /// Finds out why an ERROR job failed: status 4 with its exit code, or 3.
@@ -725,11 +802,43 @@ impl BlahProject {
     }
 }
 
+/// Jobs delivered at once from one batch zip (their query_completed_job
+/// calls and file writes).
+const ZIP_DELIVERIES_AT_ONCE: usize = 16;
+
+/// How a delivery ended: the job's final status and ad, or why not.
+type DeliveryOutcome = Result<(i32, ClassAd), String>;
+
+/// One DONE job to deliver: its ad and its app's templates.
+struct Delivery {
+    job: String,
+    ad: ClassAd,
+    templates: Option<TemplatesCall>,
+}
+
+impl Delivery {
+    async fn run(
+        &self,
+        rpc: &Addr<RpcClient>,
+        key: &ProjectKey,
+        cfg: &BlahConfig,
+        zip: Option<&SharedBatchZip>,
+        deadline: Instant,
+    ) -> DeliveryOutcome {
+        let templates = self.templates.clone().ok_or("the job's app is not known")?;
+        let templates = templates.await.map_err(|e| format!("error getting templates: {e}"))?;
+        let done = deliver_done(rpc, key, cfg, &self.job, &self.ad, &templates, zip, deadline).await?;
+        Ok((job_status::COMPLETED, done))
+    }
+}
+
 /// What one query_batch2 said.
 struct BatchStates {
     /// Job -> its status, for every job of the batches answered.
     states: HashMap<String, String>,
     answered: HashSet<String>,
+    /// Batch -> how many of its jobs are DONE (delivered ones included).
+    finished: HashMap<String, usize>,
     /// Batches the server does not know (or another user owns), and why.
     gone: Vec<(String, String)>,
 }
@@ -742,12 +851,13 @@ async fn query_states(
     mut names: Vec<String>,
     deadline: Instant,
 ) -> Result<BatchStates, RpcError> {
-    let mut out = BatchStates { states: HashMap::new(), answered: HashSet::new(), gone: Vec::new() };
+    let mut out = BatchStates { states: HashMap::new(), answered: HashSet::new(), finished: HashMap::new(), gone: Vec::new() };
     while !names.is_empty() {
         let xml = request::query_batch2(auth, 0.0, &names);
         match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, deadline).await {
             Ok(reply) => {
                 for (name, jobs) in names.into_iter().zip(reply.batches) {
+                    out.finished.insert(name.clone(), jobs.iter().filter(|j| j.status == "DONE").count());
                     out.states.extend(jobs.into_iter().map(|j| (j.name, j.status)));
                     out.answered.insert(name);
                 }

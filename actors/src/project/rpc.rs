@@ -117,6 +117,8 @@ impl<T: Send + 'static> Message for Call<T> {
 pub struct Download {
     url: String,
     dest: PathBuf,
+    /// A longer body fails the download (not retried).
+    max_bytes: u64,
     deadline: Instant,
 }
 
@@ -139,6 +141,8 @@ pub trait Rpc {
     /// Downloads `url` (it carries the authenticator: never logged) into
     /// `dest`, created or truncated per attempt. Returns the byte count.
     async fn download(&self, url: String, dest: PathBuf, deadline: Instant) -> Result<u64, RpcError>;
+    /// [`Rpc::download`] of at most `max_bytes`: a longer body is an error.
+    async fn download_at_most(&self, url: String, dest: PathBuf, max_bytes: u64, deadline: Instant) -> Result<u64, RpcError>;
 }
 
 fn stopped<T>(_: MailboxError) -> Result<T, RpcError> {
@@ -164,7 +168,11 @@ impl Rpc for Addr<RpcClient> {
     }
 
     async fn download(&self, url: String, dest: PathBuf, deadline: Instant) -> Result<u64, RpcError> {
-        self.send(Download { url, dest, deadline }).await.unwrap_or_else(stopped)
+        self.download_at_most(url, dest, u64::MAX, deadline).await
+    }
+
+    async fn download_at_most(&self, url: String, dest: PathBuf, max_bytes: u64, deadline: Instant) -> Result<u64, RpcError> {
+        self.send(Download { url, dest, max_bytes, deadline }).await.unwrap_or_else(stopped)
     }
 }
 
@@ -289,6 +297,10 @@ impl RpcClient {
         // so a torn download is recognised by its length.
         let expected: Option<u64> =
             res.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+        let too_big = || Attempt::Failed(RpcError::Local(format!("the file is larger than {} bytes", d.max_bytes)));
+        if expected.is_some_and(|n| n > d.max_bytes) {
+            return Err(too_big());
+        }
         let mut file = tokio::fs::File::create(&d.dest)
             .await
             .map_err(|e| Attempt::Failed(RpcError::Local(format!("can't create {}: {e}", d.dest.display()))))?;
@@ -301,6 +313,9 @@ impl RpcClient {
                 Ok(Some(Err(e))) => return Err(Attempt::Transient(format!("download cut short: {e}"))),
                 Ok(Some(Ok(chunk))) => {
                     total += chunk.len() as u64;
+                    if total > d.max_bytes {
+                        return Err(too_big());
+                    }
                     file.write_all(&chunk)
                         .await
                         .map_err(|e| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display()))))?;

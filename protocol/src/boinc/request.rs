@@ -215,6 +215,18 @@ pub fn output_url(project_url: &str, auth: &Authenticator, job_name: &str, file_
     url
 }
 
+/// The URL of the zip of every canonical output of batch `batch_id`.
+/// `auth_str` is the MD5 hex of the authenticator followed by the batch id
+/// in decimal (this crate does no hashing); it grants the batch's outputs:
+/// never log the URL.
+pub fn batch_files_url(project_url: &str, batch_id: i64, auth_str: &str) -> String {
+    let mut url = String::with_capacity(project_url.len() + 100);
+    url.push_str(project_url);
+    let _ = write!(url, "get_output.php?cmd=batch_files&batch_id={batch_id}&auth_str=");
+    percent_encode(&mut url, auth_str, |b| b.is_ascii_alphanumeric());
+    url
+}
+
 /// The server's rule for physical file names (`job_file.php`, §5): 1 to 255
 /// characters from `A-Z a-z 0-9 _ . -` and space. Anything else fails the
 /// whole `query_files`/`upload_files` with `bad filename`.
@@ -322,6 +334,15 @@ mod tests {
         assert!(!query_files(&auth(), Some(0), &names).contains("batch_id"));
         assert!(query_files(&auth(), Some(7), &names).contains("<batch_id>7</batch_id>\n"));
         assert!(!upload_files(&auth(), 0, &names).contains("batch_id"));
+    }
+
+    #[test]
+    fn batch_files_url_is_the_captured_one() {
+        // captures/real-boinc/get_output_batch_files_zip.txt
+        assert_eq!(
+            batch_files_url("http://127.0.0.1/boinctest/", 10, "cb38e0e4e4082767cbf77b211ba7eabc"),
+            "http://127.0.0.1/boinctest/get_output.php?cmd=batch_files&batch_id=10&auth_str=cb38e0e4e4082767cbf77b211ba7eabc"
+        );
     }
 
     #[test]

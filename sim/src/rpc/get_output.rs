@@ -8,7 +8,7 @@ use actix_web::http::StatusCode;
 use rand::Rng;
 use rusqlite::Connection;
 
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, ZipSpoil};
 use crate::files;
 use crate::replies::{self, html_error_page, output_error, Reply};
 use crate::store::{self, Instance, Res};
@@ -77,9 +77,14 @@ pub fn handle(ctx: &Ctx, c: &Connection, q: &HashMap<String, String>) -> Reply {
                 or_fatal(ctx, workunit_files(ctx, c, wu_id, auth))
             }
             "batch_files" => {
-                let batch_id = get_int(q, "batch_id")?;
+                // A missing or zero batch_id means "look the batch up by
+                // batch_name", which the real script reads as an int.
+                let by = match q.get("batch_id").filter(|v| crate::php::is_numeric(v)).map(|v| crate::php::to_int(v)) {
+                    Some(id) if id != 0 => BatchRef::Id(id),
+                    _ => BatchRef::Name(get_int(q, "batch_name")?),
+                };
                 let auth = get_str(q, "auth_str")?;
-                or_fatal(ctx, batch_files(ctx, c, batch_id, auth))
+                or_fatal(ctx, batch_files(ctx, c, by, auth))
             }
             _ => Reply::ok(replies::HTML_CONTENT_TYPE, "bad command\n"),
         })
@@ -175,22 +180,51 @@ fn random_suffix() -> String {
     (0..6).map(|_| CHARS[rng.gen_range(0..CHARS.len())] as char).collect()
 }
 
-/// A zip of the canonical outputs of `wus` (flat, physical names).
-fn zip_outputs(ctx: &Ctx, c: &Connection, wus: &[store::Workunit]) -> Res<Vec<u8>> {
+/// A zip of the canonical outputs of `wus` (flat, physical names), in job
+/// order; `None` when there is nothing to put in it (the real script then
+/// sends an empty file: `zip` never made the archive).
+fn zip_outputs(ctx: &Ctx, c: &Connection, wus: &[store::Workunit], spoil: Option<ZipSpoil>) -> Res<Option<Vec<u8>>> {
     use zip::write::SimpleFileOptions;
-    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let mut files = Vec::new();
     for wu in wus.iter().filter(|w| w.canonical_resultid != 0) {
         let Some(x) = store::result_by_id(c, wu.canonical_resultid)? else {
             continue;
         };
         for n in x.output_files.iter().filter(|n| !n.is_empty()) {
             if let Ok(data) = std::fs::read(ctx.dirs.upload.join(n)) {
-                w.start_file(n.as_str(), SimpleFileOptions::default()).map_err(std::io::Error::other)?;
-                w.write_all(&data)?;
+                files.push((n.clone(), data));
             }
         }
     }
-    Ok(w.finish().map_err(std::io::Error::other)?.into_inner())
+    if files.is_empty() {
+        return Ok(None);
+    }
+    match spoil {
+        Some(ZipSpoil::Garbage) => return Ok(Some(b"PK\x03\x04 this is not a zip archive".to_vec())),
+        Some(ZipSpoil::Escape) => files.push(("../escaped".into(), b"outside\n".to_vec())),
+        Some(ZipSpoil::DropFirst) => drop(files.remove(0)),
+        Some(ZipSpoil::Corrupt) | None => {}
+    }
+    // Deflated as `zip` does; stored when spoiled, so that the entry's
+    // bytes can be found and changed.
+    let mut opts = SimpleFileOptions::default();
+    if spoil == Some(ZipSpoil::Corrupt) {
+        opts = opts.compression_method(zip::CompressionMethod::Stored);
+    }
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, data) in &files {
+        w.start_file(name.as_str(), opts).map_err(std::io::Error::other)?;
+        w.write_all(data)?;
+    }
+    let mut bytes = w.finish().map_err(std::io::Error::other)?.into_inner();
+    if let (Some(ZipSpoil::Corrupt), Some((name, data))) = (spoil, files.first()) {
+        // The first entry's data follows its local header and name.
+        let at = bytes.windows(name.len()).position(|w| w == name.as_bytes()).map(|i| i + name.len());
+        if let Some(b) = at.filter(|_| !data.is_empty()).and_then(|i| bytes.get_mut(i)) {
+            *b ^= 0x20;
+        }
+    }
+    Ok(Some(bytes))
 }
 
 fn workunit_files(ctx: &Ctx, c: &Connection, wu_id: i64, auth: &str) -> Res<Reply> {
@@ -208,20 +242,38 @@ fn workunit_files(ctx: &Ctx, c: &Connection, wu_id: i64, auth: &str) -> Res<Repl
         return Ok(output_error(&format!("no canonical result for wu {}", ctx.html(&wu.name))));
     }
     let name = format!("boinc_wu_{}_{}.zip", wu.name, random_suffix());
-    let data = zip_outputs(ctx, c, std::slice::from_ref(&wu))?;
-    Ok(replies::download(&name, data))
+    let data = zip_outputs(ctx, c, std::slice::from_ref(&wu), None)?;
+    Ok(replies::download(&name, data.unwrap_or_default()))
 }
 
-fn batch_files(ctx: &Ctx, c: &Connection, batch_id: i64, auth: &str) -> Res<Reply> {
-    let owner = match owner_auth(c, batch_id)? {
-        Ok(a) => a,
-        Err(r) => return Ok(r),
+/// How a batch_files request names its batch.
+enum BatchRef {
+    Id(i64),
+    /// `batch_name`, read as an int by the real script (so only a batch
+    /// named by digits is ever found).
+    Name(i64),
+}
+
+fn batch_files(ctx: &Ctx, c: &Connection, by: BatchRef, auth: &str) -> Res<Reply> {
+    let batch = match by {
+        BatchRef::Id(id) => store::batch_by_id(c, id)?.ok_or_else(|| id.to_string()),
+        BatchRef::Name(n) => store::batch_by_name(c, &n.to_string())?.ok_or_else(|| n.to_string()),
     };
-    if files::md5_hex(format!("{owner}{batch_id}").as_bytes()) != auth {
-        return Ok(output_error("bad authenticator"));
+    let batch = match batch {
+        Ok(b) => b,
+        Err(named) => return Ok(output_error(&format!("no batch {named}"))),
+    };
+    let Some(owner) = store::user_by_id(c, batch.user_id)? else {
+        return Ok(output_error(&format!("no user {}", batch.user_id)));
+    };
+    // This command's own wording (result_file and workunit_files say
+    // "bad authenticator").
+    if files::md5_hex(format!("{}{}", owner.authenticator, batch.id).as_bytes()) != auth {
+        return Ok(output_error("bad auth str"));
     }
-    let wus = store::wus_of_batch(c, batch_id)?;
+    let wus = store::wus_of_batch(c, batch.id)?;
     let name = format!("boinc_batch_{}.zip", random_suffix());
-    let data = zip_outputs(ctx, c, &wus)?;
-    Ok(replies::download(&name, data))
+    let spoil = *ctx.batch_zip_spoil.lock().unwrap_or_else(|e| e.into_inner());
+    let data = zip_outputs(ctx, c, &wus, spoil)?;
+    Ok(replies::download(&name, data.unwrap_or_default()))
 }

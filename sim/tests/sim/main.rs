@@ -54,6 +54,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         t_jobs::deadline_timeout_and_reissue,
         t_jobs::too_many_errors_ends_in_error,
         t_jobs::min_mod_time_semantics,
+        t_jobs::batch_files_zip_like_the_capture,
         t_lifecycle::retire_and_expiry_delete_files,
         t_lifecycle::restart_keeps_state,
         t_steps::stepper_jobs_end_to_end,

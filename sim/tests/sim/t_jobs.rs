@@ -294,3 +294,78 @@ pub async fn min_mod_time_semantics() {
     assert!(sim.query_batch2("nb", t0).await.contains("<status>DONE</status>"));
     sim.stop().await;
 }
+
+/// `get_output.php?cmd=batch_files` as the captured server answers it: one
+/// zip of every canonical output of the batch, entries named by physical
+/// name (`<job>_<n>_r<random>_<i>`), `ERROR: …` texts with HTTP 200 for a
+/// bad hash or an unknown batch, an empty file when nothing is finished;
+/// and `__sim/batch_zip` spoils it on demand.
+pub async fn batch_files_zip_like_the_capture() {
+    let sim = TestSim::start(|_| {}).await;
+    let id = sim.submit_simple("bz", "uppercase", &[("bz_0", "", b"zero\n"), ("bz_1", "", b"one\n")]).await;
+    // Nothing finished in a batch: the real script sends an empty file.
+    let empty = sim.create_batch("bz_empty", 0.0).await;
+    let empty_hash = md5_hex(format!("{}{empty}", sim.auth).as_bytes());
+    let (status, headers, body) = sim.get(&format!("get_output.php?cmd=batch_files&batch_id={empty}&auth_str={empty_hash}")).await;
+    assert_eq!((status, body.len()), (200, 0));
+    assert!(header(&headers, "Content-Disposition").is_some());
+    let hash = md5_hex(format!("{}{id}", sim.auth).as_bytes());
+    sim.wait_final("bz", Duration::from_secs(20)).await;
+
+    let (status, headers, body) = sim.get(&format!("get_output.php?cmd=batch_files&batch_id={id}&auth_str={hash}")).await;
+    assert_eq!(status, 200);
+    let disposition = header(&headers, "Content-Disposition").unwrap();
+    let file = disposition.strip_prefix("attachment; filename=boinc_batch_").unwrap();
+    assert!(file.len() == "nuMeVX.zip".len() && file.ends_with(".zip"), "{disposition}");
+    assert_eq!(header(&headers, "Content-Type"), Some("application/octet-stream"));
+    let mut z = zip::ZipArchive::new(std::io::Cursor::new(body)).unwrap();
+    let mut got = Vec::new();
+    for i in 0..z.len() {
+        let mut f = z.by_index(i).unwrap();
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut f, &mut s).unwrap();
+        got.push((f.name().to_string(), s));
+    }
+    assert_eq!(got.len(), 2, "{got:?}");
+    for (n, (name, text)) in got.iter().enumerate() {
+        let rest = name.strip_prefix(&format!("bz_{n}_0_r")).unwrap_or_else(|| panic!("{name}"));
+        let (random, index) = rest.split_once('_').unwrap();
+        assert!(random.bytes().all(|b| b.is_ascii_digit()) && index == "0", "{name}");
+        assert_eq!(text, if n == 0 { "ZERO\n" } else { "ONE\n" });
+    }
+
+    // Errors, as the real script words them.
+    for (q, expect) in [
+        (format!("batch_id={id}&auth_str=bad"), "ERROR: bad auth str".to_string()),
+        (format!("batch_id={id}&auth_str={}", sim.auth), "ERROR: bad auth str".to_string()),
+        (format!("batch_id=99999&auth_str={hash}"), "ERROR: no batch 99999".to_string()),
+    ] {
+        let (status, headers, body) = sim.get(&format!("get_output.php?cmd=batch_files&{q}")).await;
+        assert_eq!((status, String::from_utf8(body).unwrap()), (200, expect));
+        assert!(header(&headers, "Content-Disposition").is_none());
+    }
+    let (status, headers, _) = sim.get(&format!("get_output.php?cmd=batch_files&auth_str={hash}")).await;
+    assert_eq!((status, header(&headers, "Location")), (302, Some("missing_arg_batch_name.html")));
+
+    // Spoiled on demand.
+    let spoiled = |spoil: &'static str| {
+        let (sim, hash) = (&sim, &hash);
+        async move {
+            let url = format!("{}__sim/batch_zip", sim.url);
+            let r = sim.client.post(url).send_json(&serde_json::json!({ "spoil": spoil })).await.unwrap();
+            assert_eq!(r.status(), 200);
+            sim.get(&format!("get_output.php?cmd=batch_files&batch_id={id}&auth_str={hash}")).await.2
+        }
+    };
+    let names = |body: Vec<u8>| {
+        let z = zip::ZipArchive::new(std::io::Cursor::new(body)).unwrap();
+        z.file_names().map(String::from).collect::<Vec<_>>()
+    };
+    assert!(names(spoiled("escape").await).contains(&"../escaped".to_string()));
+    assert_eq!(names(spoiled("drop_first").await).len(), 1);
+    assert!(zip::ZipArchive::new(std::io::Cursor::new(spoiled("garbage").await)).is_err());
+    let mut z = zip::ZipArchive::new(std::io::Cursor::new(spoiled("corrupt").await)).unwrap();
+    let mut s = String::new();
+    assert!(std::io::Read::read_to_string(&mut z.by_index(0).unwrap(), &mut s).is_err(), "a CRC error: {s:?}");
+    sim.stop().await;
+}
