@@ -15,17 +15,19 @@ use crate::file_stager::FileStager;
 use crate::project::tree::{ProjectTree, Run};
 use crate::project::ProjectKey;
 use crate::result_queue::{Complete, ResultQueue};
+use crate::state_db::StateDb;
 
 pub struct Projects {
     config: Arc<DaemonConfig>,
     queue: Addr<ResultQueue>,
     stager: Addr<FileStager>,
+    db: StateDb,
     trees: HashMap<ProjectKey, Addr<ProjectTree>>,
 }
 
 impl Projects {
-    pub fn new(config: Arc<DaemonConfig>, queue: Addr<ResultQueue>, stager: Addr<FileStager>) -> Self {
-        Projects { config, queue, stager, trees: HashMap::new() }
+    pub fn new(config: Arc<DaemonConfig>, queue: Addr<ResultQueue>, stager: Addr<FileStager>, db: StateDb) -> Self {
+        Projects { config, queue, stager, db, trees: HashMap::new() }
     }
 
     /// The project's tree; a tree that died (a panic) is replaced by a new one.
@@ -36,7 +38,7 @@ impl Projects {
             }
             tracing::warn!(project = %key.url, "restarting the project's actor tree");
         }
-        let addr = ProjectTree::new(key.clone(), self.config.clone(), self.stager.clone()).start();
+        let addr = ProjectTree::new(key.clone(), self.config.clone(), self.stager.clone(), self.db.clone()).start();
         self.trees.insert(key.clone(), addr.clone());
         addr
     }

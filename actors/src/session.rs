@@ -218,7 +218,7 @@ pub fn start_daemon(
     let db = StateDb::open(&config.state_dir)?;
     let stager = FileStager::new(db.clone(), config.hash_threads).start();
     let queue = ResultQueue::default().start();
-    let projects = Projects::new(config.clone(), queue.clone(), stager.clone()).start();
+    let projects = Projects::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();
     let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
     let gathering = Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs);
     let blah =
