@@ -18,7 +18,7 @@ use crate::broker::pools::{PoolDispatch, Pools};
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::ProjectKey;
-use crate::projects::{Dispatch, Projects};
+use crate::projects::{Dispatch, DispatchSequence, Projects};
 use crate::result_queue::{Accept, Drain, Notify, ResultQueue, SetAsync, SetSession};
 use crate::state_db::StateDb;
 
@@ -121,6 +121,11 @@ impl Session {
                 self.accept(reqid, ctx, move |act| act.projects.do_send(Dispatch { reqid, project, command }));
             }
             Request::Blah { reqid, command } => self.accept(reqid, ctx, move |act| act.blah.do_send(BlahDispatch { reqid, command })),
+            Request::Sequence { reqid, command } => {
+                // Sequences run on one project (none while a pool is selected).
+                let project = self.current.clone();
+                self.accept(reqid, ctx, move |act| act.projects.do_send(DispatchSequence { reqid, project, command }));
+            }
         }
     }
 

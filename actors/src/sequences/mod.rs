@@ -9,6 +9,7 @@
 //!   its messages (the API the `BOINC_SEQUENCE_*` commands and the BLAH
 //!   front end use).
 
+pub mod command;
 pub mod decide;
 pub mod relocator;
 pub mod store;

@@ -40,6 +40,11 @@ pub enum Request {
         reqid: ReqId,
         command: BlahCommand,
     },
+    /// Every `BOINC_SEQUENCE_*` command (`docs/sequences.md`).
+    Sequence {
+        reqid: ReqId,
+        command: super::sequence::SequenceCommand,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -275,10 +280,13 @@ pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
             let proxy = a.path("proxy path")?;
             Ok(BlahCommand::JobRefreshProxy { job_id, proxy })
         }),
-        _ => {
-            let shown = code.get(..MAX_QUOTED_CODE).unwrap_or(&code);
-            Err(ParseError::UnknownCommand(String::from_utf8_lossy(shown).into_owned()))
-        }
+        _ => match super::sequence::parse(line) {
+            Some(parsed) => parsed.map(|(reqid, command)| Request::Sequence { reqid, command }),
+            None => {
+                let shown = code.get(..MAX_QUOTED_CODE).unwrap_or(&code);
+                Err(ParseError::UnknownCommand(String::from_utf8_lossy(shown).into_owned()))
+            }
+        },
     }
 }
 
@@ -581,6 +589,7 @@ pub fn format(req: &Request) -> Vec<u8> {
                 }
             }
         }
+        Request::Sequence { reqid, command } => return super::sequence::format(*reqid, command),
     }
     w.0
 }
