@@ -449,12 +449,25 @@ impl SequenceRelocator {
                 rec.phase = Phase::Completed;
             }
             act.save(&name);
-            // The step's batch is no longer needed on the server.
-            let (rpc, auth, deadline, job) =
-                (act.rpc.clone(), act.key.authenticator.clone(), act.deadline(), decide::job_name(&name, live.step, live.attempt));
+            // Batches no longer needed on the server: the one before this
+            // step's (this step's still ties the inputs the next step shares,
+            // so retiring it now would make them upload again), and this one
+            // once the sequence is over.
+            let Some(rec) = act.seqs.get(&name) else { return };
+            let finished = rec.phase == Phase::Completed;
+            let mut retire = Vec::new();
+            for step in [live.step.saturating_sub(1), if finished { live.step } else { 0 }] {
+                if step > 0 {
+                    let attempt = 1 + rec.dead.iter().filter(|d| d.step == step).map(|d| d.attempt).max().unwrap_or(0);
+                    retire.push(decide::job_name(&name, step, attempt));
+                }
+            }
+            let (rpc, auth, deadline) = (act.rpc.clone(), act.key.authenticator.clone(), act.deadline());
             ctx.spawn(
                 async move {
-                    let _ = rpc.idempotent(Script::SubmitRpcHandler, request::retire_batch(&auth, &job), reply::parse_success, deadline).await;
+                    for batch in retire {
+                        let _ = rpc.idempotent(Script::SubmitRpcHandler, request::retire_batch(&auth, &batch), reply::parse_success, deadline).await;
+                    }
                 }
                 .into_actor(act),
             );
