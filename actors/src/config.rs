@@ -50,6 +50,10 @@ pub struct DaemonConfig {
     pub query_coalesce: Duration,
     /// Ask the server with floor(min_mod_time) - 1: its clock has 1 s steps.
     pub widen_min_mod_time: bool,
+    /// How often work sequences ask for their steps' status (one
+    /// query_batch2 per project for every live step).
+    #[serde(rename = "sequence_poll_ms", with = "millis")]
+    pub sequence_poll: Duration,
     /// create_batch's first expiry, before the gridmanager's first lease.
     #[serde(rename = "initial_expire_secs", with = "secs")]
     pub initial_expire: Duration,
@@ -144,6 +148,7 @@ impl Default for DaemonConfig {
             upload_chunk: 20,
             query_coalesce: Duration::from_secs(5),
             widen_min_mod_time: true,
+            sequence_poll: Duration::from_secs(30),
             initial_expire: Duration::from_secs(3600),
             ca_files: Vec::new(),
             hash_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
@@ -182,6 +187,9 @@ impl DaemonConfig {
         }
         if self.max_log_files == 0 {
             return bad("max_log_files", "must be at least 1");
+        }
+        if self.sequence_poll.is_zero() {
+            return bad("sequence_poll_ms", "must be at least 1");
         }
         if self.retry_base.is_zero() {
             return bad("retry_base_ms", "must be at least 1");

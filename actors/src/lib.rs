@@ -31,6 +31,7 @@ pub mod file_stager;
 pub mod project;
 pub mod projects;
 pub mod result_queue;
+pub mod sequences;
 pub mod session;
 pub mod state_db;
 

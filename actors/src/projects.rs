@@ -8,24 +8,28 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
+use gahp_protocol::gahp::sequence::{SequenceCommand, SequenceResult};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult, ReqId};
 
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
-use crate::project::tree::{ProjectTree, Run};
+use crate::project::tree::{ProjectTree, Run, SequencesOf};
 use crate::project::ProjectKey;
 use crate::result_queue::{Complete, ResultQueue};
+use crate::sequences::command::execute;
+use crate::state_db::StateDb;
 
 pub struct Projects {
     config: Arc<DaemonConfig>,
     queue: Addr<ResultQueue>,
     stager: Addr<FileStager>,
+    db: StateDb,
     trees: HashMap<ProjectKey, Addr<ProjectTree>>,
 }
 
 impl Projects {
-    pub fn new(config: Arc<DaemonConfig>, queue: Addr<ResultQueue>, stager: Addr<FileStager>) -> Self {
-        Projects { config, queue, stager, trees: HashMap::new() }
+    pub fn new(config: Arc<DaemonConfig>, queue: Addr<ResultQueue>, stager: Addr<FileStager>, db: StateDb) -> Self {
+        Projects { config, queue, stager, db, trees: HashMap::new() }
     }
 
     /// The project's tree; a tree that died (a panic) is replaced by a new one.
@@ -36,7 +40,7 @@ impl Projects {
             }
             tracing::warn!(project = %key.url, "restarting the project's actor tree");
         }
-        let addr = ProjectTree::new(key.clone(), self.config.clone(), self.stager.clone()).start();
+        let addr = ProjectTree::new(key.clone(), self.config.clone(), self.stager.clone(), self.db.clone()).start();
         self.trees.insert(key.clone(), addr.clone());
         addr
     }
@@ -83,6 +87,47 @@ impl Handler<Dispatch> for Projects {
                 Err(_) => CommandResult::Error(format!("{code} timed out after {} s", limit.as_secs())),
             };
             queue.do_send(Complete { reqid, result });
+        });
+    }
+}
+
+/// An accepted `BOINC_SEQUENCE_*` command, bound like [`Dispatch`]; run on
+/// the project's SequenceRelocator.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct DispatchSequence {
+    pub reqid: ReqId,
+    pub project: Option<ProjectKey>,
+    pub command: SequenceCommand,
+}
+
+impl Handler<DispatchSequence> for Projects {
+    type Result = ();
+
+    fn handle(&mut self, msg: DispatchSequence, _: &mut Context<Self>) {
+        let DispatchSequence { reqid, project, command } = msg;
+        let queue = self.queue.clone();
+        let Some(key) = project else {
+            let msg = "no project selected (a work sequence runs on one project, not on a pool)";
+            queue.do_send(Complete { reqid, result: CommandResult::Error(msg.into()) });
+            return;
+        };
+        let tree = self.tree(&key);
+        let auth = key.authenticator;
+        actix_rt::spawn(async move {
+            let result = match tree.send(SequencesOf).await {
+                Ok(relocator) => execute(relocator, command).await,
+                Err(_) => SequenceResult::Error(format!("{} failed: internal error (the project's worker stopped)", command.code())),
+            };
+            let result = match result {
+                SequenceResult::Error(msg) => SequenceResult::Error(auth.redact_in(&msg)),
+                other => other,
+            };
+            // The line's arguments after the request id, as the queue keeps them.
+            let line = result.encode(reqid);
+            let skip = reqid.to_string().len();
+            let tail = bytes::Bytes::copy_from_slice(line.get(skip..).unwrap_or_default());
+            queue.do_send(Complete { reqid, result: CommandResult::Encoded(tail) });
         });
     }
 }

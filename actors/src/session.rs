@@ -18,7 +18,7 @@ use crate::broker::pools::{PoolDispatch, Pools};
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::ProjectKey;
-use crate::projects::{Dispatch, Projects};
+use crate::projects::{Dispatch, DispatchSequence, Projects};
 use crate::result_queue::{Accept, Drain, Notify, ResultQueue, SetAsync, SetSession};
 use crate::state_db::StateDb;
 
@@ -121,6 +121,11 @@ impl Session {
                 self.accept(reqid, ctx, move |act| act.projects.do_send(Dispatch { reqid, project, command }));
             }
             Request::Blah { reqid, command } => self.accept(reqid, ctx, move |act| act.blah.do_send(BlahDispatch { reqid, command })),
+            Request::Sequence { reqid, command } => {
+                // Sequences run on one project (none while a pool is selected).
+                let project = self.current.clone();
+                self.accept(reqid, ctx, move |act| act.projects.do_send(DispatchSequence { reqid, project, command }));
+            }
         }
     }
 
@@ -218,7 +223,7 @@ pub fn start_daemon(
     let db = StateDb::open(&config.state_dir)?;
     let stager = FileStager::new(db.clone(), config.hash_threads).start();
     let queue = ResultQueue::default().start();
-    let projects = Projects::new(config.clone(), queue.clone(), stager.clone()).start();
+    let projects = Projects::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();
     let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
     let gathering = Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs);
     let blah =

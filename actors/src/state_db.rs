@@ -66,6 +66,8 @@ const MIGRATIONS: &[&str] = &[
          batch TEXT NOT NULL,
          PRIMARY KEY (pool, job)
      );",
+    // 4: work sequences: their records, dead branches and state files.
+    crate::sequences::store::MIGRATION,
 ];
 
 /// Brings the schema to the newest version, each step in a transaction of

@@ -18,6 +18,8 @@ use crate::project::output_fetcher::{Fetch, OutputFetcher};
 use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::submit_pipeline::{RunPipeline, SubmitPipeline};
 use crate::project::ProjectKey;
+use crate::sequences::relocator::SequenceRelocator;
+use crate::state_db::StateDb;
 
 pub struct ProjectTree {
     key: ProjectKey,
@@ -26,14 +28,17 @@ pub struct ProjectTree {
     rpc: Addr<RpcClient>,
     monitor: Addr<BatchMonitor>,
     fetcher: Addr<OutputFetcher>,
+    sequences: Addr<SequenceRelocator>,
 }
 
 impl ProjectTree {
-    pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, stager: Addr<FileStager>) -> Self {
+    pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, stager: Addr<FileStager>, db: StateDb) -> Self {
         let rpc = RpcClient::new(key.clone(), config.clone()).start();
         let monitor = BatchMonitor::new(key.clone(), config.clone(), rpc.clone()).start();
         let fetcher = OutputFetcher::new(key.clone(), rpc.clone()).start();
-        ProjectTree { key, config, stager, rpc, monitor, fetcher }
+        // Starting the tree resumes the account's sequences (after a restart).
+        let sequences = SequenceRelocator::new(key.clone(), config.clone(), rpc.clone(), stager.clone(), db).start();
+        ProjectTree { key, config, stager, rpc, monitor, fetcher, sequences }
     }
 }
 
@@ -144,6 +149,19 @@ impl Handler<ClientOf> for ProjectTree {
     type Result = MessageResult<ClientOf>;
     fn handle(&mut self, _: ClientOf, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.rpc.clone())
+    }
+}
+
+/// The tree's work sequences (`BOINC_SEQUENCE_*`, and the BLAH front end's
+/// sequence jobs): send them the messages of `sequences::relocator`.
+#[derive(Message)]
+#[rtype(result = "Addr<SequenceRelocator>")]
+pub struct SequencesOf;
+
+impl Handler<SequencesOf> for ProjectTree {
+    type Result = MessageResult<SequencesOf>;
+    fn handle(&mut self, _: SequencesOf, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.sequences.clone())
     }
 }
 

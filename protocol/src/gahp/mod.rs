@@ -12,6 +12,7 @@ pub mod framing;
 pub mod reply;
 pub mod reqid;
 pub mod request;
+pub mod sequence;
 
 pub use blah::{BlahCommand, BlahResult};
 pub use framing::{Frame, LineFramer};

@@ -16,7 +16,8 @@ pub const BANNER: &str = "$GahpVersion: 1.0.2 Nov 21 2026 BOINC\\ GAHP\\ (rust)\
 
 /// The commands we implement, alphabetical: the reference's list plus
 /// `RESPONSE_PREFIX` (§5.1), so the gridmanager uses the prefix, plus the
-/// `BLAH_*` commands (`docs/spec/blah-dialect.md`).
+/// `BLAH_*` commands (`docs/spec/blah-dialect.md`) and the work sequences'
+/// `BOINC_SEQUENCE_*` (`docs/sequences.md`).
 pub const COMMANDS: &[&str] = &[
     "ASYNC_MODE_OFF",
     "ASYNC_MODE_ON",
@@ -31,6 +32,12 @@ pub const COMMANDS: &[&str] = &[
     "BOINC_QUERY_BATCHES",
     "BOINC_RETIRE_BATCH",
     "BOINC_SELECT_PROJECT",
+    "BOINC_SEQUENCE_ABORT",
+    "BOINC_SEQUENCE_CREATE",
+    "BOINC_SEQUENCE_END",
+    "BOINC_SEQUENCE_EXTEND",
+    "BOINC_SEQUENCE_FETCH",
+    "BOINC_SEQUENCE_QUERY",
     "BOINC_SET_LEASE",
     "BOINC_SUBMIT",
     "COMMANDS",
@@ -246,7 +253,9 @@ mod tests {
             text(ReturnLine::Commands.encode()),
             "S ASYNC_MODE_OFF ASYNC_MODE_ON BLAH_JOB_CANCEL BLAH_JOB_REFRESH_PROXY BLAH_JOB_STATUS \
              BLAH_JOB_SUBMIT BLAH_PING BOINC_ABORT_JOBS BOINC_FETCH_OUTPUT BOINC_PING \
-             BOINC_QUERY_BATCHES BOINC_RETIRE_BATCH BOINC_SELECT_PROJECT BOINC_SET_LEASE \
+             BOINC_QUERY_BATCHES BOINC_RETIRE_BATCH BOINC_SELECT_PROJECT BOINC_SEQUENCE_ABORT \
+             BOINC_SEQUENCE_CREATE BOINC_SEQUENCE_END BOINC_SEQUENCE_EXTEND BOINC_SEQUENCE_FETCH \
+             BOINC_SEQUENCE_QUERY BOINC_SET_LEASE \
              BOINC_SUBMIT COMMANDS QUIT RESPONSE_PREFIX RESULTS VERSION"
         );
     }

@@ -40,6 +40,11 @@ pub enum Request {
         reqid: ReqId,
         command: BlahCommand,
     },
+    /// Every `BOINC_SEQUENCE_*` command (`docs/sequences.md`).
+    Sequence {
+        reqid: ReqId,
+        command: super::sequence::SequenceCommand,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -275,10 +280,13 @@ pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
             let proxy = a.path("proxy path")?;
             Ok(BlahCommand::JobRefreshProxy { job_id, proxy })
         }),
-        _ => {
-            let shown = code.get(..MAX_QUOTED_CODE).unwrap_or(&code);
-            Err(ParseError::UnknownCommand(String::from_utf8_lossy(shown).into_owned()))
-        }
+        _ => match super::sequence::parse(line) {
+            Some(parsed) => parsed.map(|(reqid, command)| Request::Sequence { reqid, command }),
+            None => {
+                let shown = code.get(..MAX_QUOTED_CODE).unwrap_or(&code);
+                Err(ParseError::UnknownCommand(String::from_utf8_lossy(shown).into_owned()))
+            }
+        },
     }
 }
 
@@ -415,62 +423,62 @@ fn parse_fetch_output(a: &mut Args) -> Result<AsyncCommand, ParseError> {
 
 /// The arguments after the command code, taken one at a time. Errors name
 /// the field, never quote its value (it may be huge, or a secret).
-struct Args {
+pub(super) struct Args {
     command: &'static str,
     tokens: std::vec::IntoIter<Vec<u8>>,
 }
 
 impl Args {
-    fn new(command: &'static str, tokens: std::vec::IntoIter<Vec<u8>>) -> Self {
+    pub(super) fn new(command: &'static str, tokens: std::vec::IntoIter<Vec<u8>>) -> Self {
         Args { command, tokens }
     }
 
-    fn error(&self, reason: String) -> ParseError {
+    pub(super) fn error(&self, reason: String) -> ParseError {
         ParseError::Malformed { command: self.command, reason }
     }
 
-    fn remaining(&self) -> usize {
+    pub(super) fn remaining(&self) -> usize {
         self.tokens.len()
     }
 
-    fn end(&self) -> Result<(), ParseError> {
+    pub(super) fn end(&self) -> Result<(), ParseError> {
         match self.remaining() {
             0 => Ok(()),
             n => Err(self.error(format!("{n} unexpected extra argument(s)"))),
         }
     }
 
-    fn raw(&mut self, what: &str) -> Result<Vec<u8>, ParseError> {
+    pub(super) fn raw(&mut self, what: &str) -> Result<Vec<u8>, ParseError> {
         match self.tokens.next() {
             Some(token) => Ok(token),
             None => Err(self.error(format!("missing {what}"))),
         }
     }
 
-    fn name(&mut self, what: &str) -> Result<String, ParseError> {
+    pub(super) fn name(&mut self, what: &str) -> Result<String, ParseError> {
         let token = self.raw(what)?;
         String::from_utf8(token).map_err(|_| self.error(format!("{what} is not valid UTF-8")))
     }
 
     /// Any bytes, invalid UTF-8 replaced by U+FFFD.
-    fn text(&mut self, what: &str) -> Result<String, ParseError> {
+    pub(super) fn text(&mut self, what: &str) -> Result<String, ParseError> {
         let token = self.raw(what)?;
         Ok(String::from_utf8(token).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
     }
 
-    fn path(&mut self, what: &str) -> Result<PathBuf, ParseError> {
+    pub(super) fn path(&mut self, what: &str) -> Result<PathBuf, ParseError> {
         use std::os::unix::ffi::OsStringExt;
         Ok(PathBuf::from(std::ffi::OsString::from_vec(self.raw(what)?)))
     }
 
-    fn count(&mut self, what: &str) -> Result<usize, ParseError> {
+    pub(super) fn count(&mut self, what: &str) -> Result<usize, ParseError> {
         let token = self.raw(what)?;
         parse_digits(&token)
             .and_then(|n| usize::try_from(n).ok())
             .ok_or_else(|| self.error(format!("{what} is not a non-negative integer")))
     }
 
-    fn reqid(&mut self) -> Result<ReqId, ParseError> {
+    pub(super) fn reqid(&mut self) -> Result<ReqId, ParseError> {
         let token = self.raw("request id")?;
         match parse_digits(&token).map(u32::try_from) {
             Some(Ok(n)) if n != 0 => Ok(ReqId(n)),
@@ -480,23 +488,23 @@ impl Args {
 
     /// A finite non-negative decimal: digits with at most one `.`, no sign,
     /// no exponent (what the gridmanager echoes from our `%f`).
-    fn decimal(&mut self, what: &str) -> Result<f64, ParseError> {
+    pub(super) fn decimal(&mut self, what: &str) -> Result<f64, ParseError> {
         let token = self.raw(what)?;
         parse_decimal(&token).ok_or_else(|| self.error(format!("{what} is not a non-negative decimal number")))
     }
 
     /// Any finite number in any spelling Rust's `f64` parser accepts.
-    fn number(&mut self, what: &str) -> Result<f64, ParseError> {
+    pub(super) fn number(&mut self, what: &str) -> Result<f64, ParseError> {
         let token = self.raw(what)?;
         parse_number(&token).ok_or_else(|| self.error(format!("{what} is not a finite number")))
     }
 
-    fn param_f64(&mut self) -> Result<ParamValue<f64>, ParseError> {
+    pub(super) fn param_f64(&mut self) -> Result<ParamValue<f64>, ParseError> {
         let token = self.raw("job parameter")?;
         Ok(param(token, parse_number))
     }
 
-    fn param_i64(&mut self) -> Result<ParamValue<i64>, ParseError> {
+    pub(super) fn param_i64(&mut self) -> Result<ParamValue<i64>, ParseError> {
         let token = self.raw("job parameter")?;
         Ok(param(token, |t| std::str::from_utf8(t).ok()?.parse().ok()))
     }
@@ -514,7 +522,7 @@ fn param<T>(token: Vec<u8>, parse: impl Fn(&[u8]) -> Option<T>) -> ParamValue<T>
 }
 
 /// `[0-9]+` as a u64; `None` for anything else or on overflow.
-fn parse_digits(token: &[u8]) -> Option<u64> {
+pub(super) fn parse_digits(token: &[u8]) -> Option<u64> {
     if token.is_empty() {
         return None;
     }
@@ -581,6 +589,7 @@ pub fn format(req: &Request) -> Vec<u8> {
                 }
             }
         }
+        Request::Sequence { reqid, command } => return super::sequence::format(*reqid, command),
     }
     w.0
 }
@@ -648,19 +657,19 @@ fn format_async(w: &mut LineWriter, command: &AsyncCommand) {
     }
 }
 
-struct LineWriter(Vec<u8>);
+pub(super) struct LineWriter(pub(super) Vec<u8>);
 
 impl LineWriter {
-    fn code(&mut self, code: &str) {
+    pub(super) fn code(&mut self, code: &str) {
         self.0.extend_from_slice(code.as_bytes());
     }
 
-    fn arg(&mut self, arg: impl AsRef<[u8]>) {
+    pub(super) fn arg(&mut self, arg: impl AsRef<[u8]>) {
         self.0.push(b' ');
         escape_with(arg.as_ref(), &mut self.0, Nul::Keep);
     }
 
-    fn param<T: std::fmt::Display>(&mut self, value: &ParamValue<T>) {
+    pub(super) fn param<T: std::fmt::Display>(&mut self, value: &ParamValue<T>) {
         match value {
             ParamValue::Unset => self.arg("NULL"),
             ParamValue::Value(v) => self.arg(v.to_string()),

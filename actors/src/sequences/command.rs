@@ -1,0 +1,50 @@
+//! The `BOINC_SEQUENCE_*` commands carried out on a project's
+//! SequenceRelocator: the command becomes a message, the outcome a result
+//! line (errors rendered here, at the edge).
+
+use actix::prelude::*;
+use gahp_protocol::gahp::sequence::{SequenceCommand, SequenceResult};
+
+use crate::sequences::relocator::{
+    AbortSequence, CreateSequence, EndSequence, ExtendSequence, FetchSequence, QuerySequence, SequenceError, SequenceRelocator,
+};
+use crate::sequences::store::SequenceDef;
+
+pub async fn execute(relocator: Addr<SequenceRelocator>, command: SequenceCommand) -> SequenceResult {
+    let code = command.code();
+    let sent = match command {
+        SequenceCommand::Create(c) => {
+            let def = SequenceDef {
+                name: c.name,
+                app_name: c.app_name,
+                max_step_time: c.max_step_time,
+                max_attempts: c.max_attempts,
+                end_marker: c.end_marker,
+                state_names: c.state_files.iter().map(|f| f.dst_name.clone()).collect(),
+                args: c.args,
+                inputs: c.inputs.into_iter().map(|f| (f.src, f.dst_name)).collect(),
+            };
+            let state_files = c.state_files.into_iter().map(|f| (f.src, f.dst_name)).collect();
+            relocator.send(CreateSequence { def, steps: c.steps, state_files }).await.map(|r| r.map(|()| SequenceResult::Ok))
+        }
+        SequenceCommand::Extend { name, steps } => {
+            relocator.send(ExtendSequence { name, steps }).await.map(|r| r.map(|()| SequenceResult::Ok))
+        }
+        SequenceCommand::End { name } => relocator.send(EndSequence { name }).await.map(|r| r.map(|()| SequenceResult::Ok)),
+        SequenceCommand::Abort { name } => relocator.send(AbortSequence { name }).await.map(|r| r.map(|()| SequenceResult::Ok)),
+        SequenceCommand::Query { name } => relocator.send(QuerySequence { name }).await.map(|r| r.map(SequenceResult::Query)),
+        SequenceCommand::Fetch(f) => relocator
+            .send(FetchSequence { name: f.name, step: f.step, dir: f.dir })
+            .await
+            .map(|r| r.map(|(step, files)| SequenceResult::Fetched { step, files })),
+    };
+    match sent {
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) => SequenceResult::Error(render(code, &e)),
+        Err(_) => SequenceResult::Error(format!("{code} failed: internal error (the sequence worker stopped)")),
+    }
+}
+
+fn render(code: &str, e: &SequenceError) -> String {
+    format!("{code} failed: {e}")
+}

@@ -1,0 +1,809 @@
+//! SequenceRelocator: the work sequences of one project account (one per
+//! ProjectTree). It submits each step as a one-job batch through the
+//! SubmitPipeline, watches every live step with one query_batch2 per poll,
+//! collects a finished step's outputs into the content store, and relocates
+//! a step that misses its deadline, errors or is lost: abort_jobs, a dead
+//! branch, and a new attempt from the last completed state.
+//!
+//! Why one batch per step: steps of different sequences come due at
+//! different times, so a shared batch would hold the next step of one
+//! sequence until the others are ready; one-job batches cost a
+//! create_batch and a retire_batch per step, while status stays one
+//! query_batch2 per poll for all live steps. The batch's name is the job's
+//! (`<sequence>#<step>#<attempt>`), which is what makes a submit after a
+//! restart safe: the pipeline looks the batch up by name first, so an
+//! attempt that reached the server is never submitted twice.
+//!
+//! The API (messages below) is what `BOINC_SEQUENCE_*` and the BLAH front
+//! end use: Create (also resumes a stopped sequence of the same
+//! definition), Extend, End, Query, Fetch, Abort, and Stop (aborts the
+//! live step but keeps the sequence resumable).
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use gahp_protocol::boinc::{command_line, reply, request, Script, Templates};
+use gahp_protocol::gahp::sequence::{DeadBranch, SequenceState, StepSelector};
+use gahp_protocol::gahp::{InputFile, JobParams, JobSpec, SubmitBatch};
+
+use crate::atomic_file;
+use crate::clock::unix_now;
+use crate::config::DaemonConfig;
+use crate::file_stager::{md5_file, FileStager};
+use crate::project::output_fetcher::check_output_names;
+use crate::project::rpc::{Rpc, RpcClient, RpcError};
+use crate::project::submit_pipeline::{RunPipeline, SubmitError, SubmitPipeline};
+use crate::project::ProjectKey;
+use crate::sequences::decide::{self, judge, LiveAttempt, Next, Relocation, ServerState};
+use crate::sequences::store::{Phase, SequenceDef, SequenceRecord, SequenceStore, StepFile};
+use crate::state_db::StateDb;
+
+/// A dead branch left by the owner's stop (not a failure: it uses up no
+/// attempt and is no relocation).
+const STOPPED: &str = "stopped by owner";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SequenceError {
+    #[error("no sequence named {0}")]
+    NoSuchSequence(String),
+    #[error("a sequence named {0} already exists with another definition")]
+    Exists(String),
+    #[error("sequence {0} is finished")]
+    Finished(String),
+    #[error("sequence {name} has no completed step {step}")]
+    NoSuchStep { name: String, step: u32 },
+    #[error("invalid sequence: {0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Local(String),
+    #[error("{0}")]
+    Rpc(RpcError),
+}
+
+fn local(e: impl std::fmt::Display) -> SequenceError {
+    SequenceError::Local(e.to_string())
+}
+
+pub struct SequenceRelocator {
+    key: ProjectKey,
+    config: Arc<DaemonConfig>,
+    rpc: Addr<RpcClient>,
+    stager: Addr<FileStager>,
+    store: SequenceStore,
+    seqs: HashMap<String, SequenceRecord>,
+    /// Live attempts not yet known to be on the server (just made, or held
+    /// over a restart): submitted, idempotently by name, before polled.
+    unsubmitted: HashSet<String>,
+    /// Sequences with an RPC or file work in flight.
+    busy: HashSet<String>,
+    polling: bool,
+    templates: HashMap<String, Templates>,
+}
+
+impl SequenceRelocator {
+    pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, rpc: Addr<RpcClient>, stager: Addr<FileStager>, db: StateDb) -> Self {
+        let account = md5_hex(key.authenticator.expose().as_bytes());
+        let store = SequenceStore::new(db, &config.state_dir, &key.url, &account);
+        SequenceRelocator {
+            key,
+            config,
+            rpc,
+            stager,
+            store,
+            seqs: HashMap::new(),
+            unsubmitted: HashSet::new(),
+            busy: HashSet::new(),
+            polling: false,
+            templates: HashMap::new(),
+        }
+    }
+
+    fn save(&self, name: &str) {
+        if let Some(rec) = self.seqs.get(name) {
+            if let Err(e) = self.store.save(rec) {
+                tracing::error!(sequence = name, "can't save the sequence: {e}");
+            }
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.config.command_timeout
+    }
+
+    /// One round: start due steps, submit what is not on the server, poll
+    /// the rest and act on what the poll says.
+    fn tick(&mut self, ctx: &mut Context<Self>) {
+        let now = unix_now();
+        let names: Vec<String> = self.seqs.keys().filter(|n| !self.busy.contains(*n)).cloned().collect();
+        for name in names {
+            let Some(rec) = self.seqs.get_mut(&name) else { continue };
+            if rec.phase != Phase::Running {
+                continue;
+            }
+            if rec.live.is_none() {
+                match decide::next_step(rec.done, rec.planned, rec.ended, false) {
+                    Some(step) => {
+                        let attempt = 1 + rec.dead.iter().filter(|d| d.step == step).map(|d| d.attempt).max().unwrap_or(0);
+                        rec.live =
+                            Some(LiveAttempt { step, attempt, submitted: now, first_in_progress: None, server: ServerState::Unknown });
+                        self.unsubmitted.insert(name.clone());
+                    }
+                    None => rec.phase = Phase::Completed,
+                }
+                self.save(&name);
+            }
+            if self.unsubmitted.contains(&name) {
+                self.submit(name, ctx);
+            }
+        }
+        self.poll(ctx);
+    }
+
+    fn submit(&mut self, name: String, ctx: &mut Context<Self>) {
+        let Some(rec) = self.seqs.get(&name) else { return };
+        let Some(live) = rec.live else { return };
+        self.busy.insert(name.clone());
+        let job = decide::job_name(&name, live.step, live.attempt);
+        let def = rec.def.clone();
+        let app = def.app_name.clone();
+        let (store, stager, rpc, key, config) =
+            (self.store.clone(), self.stager.clone(), self.rpc.clone(), self.key.clone(), self.config.clone());
+        let templates = self.templates.get(&def.app_name).cloned();
+        let deadline = self.deadline();
+        let work = async move {
+            let templates = match templates {
+                Some(t) => t,
+                None => rpc
+                    .idempotent(
+                        Script::SubmitRpcHandler,
+                        request::get_templates_for_app(&key.authenticator, &def.app_name),
+                        reply::parse_templates,
+                        deadline,
+                    )
+                    .await
+                    .map_err(|e| (e.is_transient(), format!("error getting templates: {e}")))?,
+            };
+            let (seq, step, names, paths) = (def.name.clone(), live.step, def.state_names.clone(), store.clone());
+            let state = tokio::task::spawn_blocking(move || store.state_before(&seq, step, &names))
+                .await
+                .map_err(|e| (true, e.to_string()))?
+                .map_err(|e| (true, e.to_string()))?;
+            let inputs = step_inputs(&def, &templates, &state, |md5| paths.content_path(md5)).map_err(|e| (false, e))?;
+            let args = command_line::quote_args(&def.args).map_err(|e| (false, e.to_string()))?;
+            let batch = SubmitBatch {
+                batch_name: job.clone(),
+                app_name: def.app_name.clone(),
+                jobs: vec![JobSpec { name: job.clone(), args, inputs }],
+                params: JobParams::default(),
+            };
+            let pipeline = SubmitPipeline::new(key, config, rpc, stager, batch, deadline).with_templates(templates.clone()).start();
+            match pipeline.send(RunPipeline).await {
+                Ok(Ok(())) => Ok(templates),
+                Ok(Err(e)) => Err((submit_may_pass(&e), e.to_string())),
+                Err(_) => Err((true, "the submit pipeline stopped".into())),
+            }
+        };
+        ctx.spawn(work.into_actor(self).map(move |r, act, ctx| {
+            act.busy.remove(&name);
+            match r {
+                Ok(templates) => {
+                    act.templates.insert(app, templates);
+                    act.unsubmitted.remove(&name);
+                    let still_running = act.seqs.get(&name).is_some_and(|r| r.phase == Phase::Running);
+                    if !still_running {
+                        // Stopped or aborted while the submit was under way.
+                        act.abort_job(decide::job_name(&name, live.step, live.attempt), ctx);
+                    }
+                }
+                Err((true, e)) => tracing::info!(sequence = %name, "submit of step {} will be retried: {}", live.step, act.key.authenticator.redact_in(&e)),
+                Err((false, e)) => {
+                    let reason = format!("step {} could not be submitted: {}", live.step, act.key.authenticator.redact_in(&e));
+                    act.unsubmitted.remove(&name);
+                    if let Some(rec) = act.seqs.get_mut(&name) {
+                        rec.phase = Phase::Failed;
+                        rec.reason = Some(reason);
+                        rec.live = None;
+                    }
+                    act.save(&name);
+                }
+            }
+        }));
+    }
+
+    /// Best effort: a job that is left is one more instance a host runs.
+    fn abort_job(&self, job: String, ctx: &mut Context<Self>) {
+        let (rpc, auth, deadline) = (self.rpc.clone(), self.key.authenticator.clone(), self.deadline());
+        ctx.spawn(
+            async move {
+                if let Err(e) =
+                    rpc.idempotent(Script::SubmitRpcHandler, request::abort_jobs(&auth, &[job]), reply::parse_success, deadline).await
+                {
+                    tracing::info!("abort_jobs failed: {}", auth.redact_in(&e.to_string()));
+                }
+            }
+            .into_actor(self),
+        );
+    }
+
+    fn poll(&mut self, ctx: &mut Context<Self>) {
+        if self.polling {
+            return;
+        }
+        let jobs: Vec<(String, String)> = self
+            .seqs
+            .iter()
+            .filter(|(n, r)| r.phase == Phase::Running && !self.busy.contains(*n) && !self.unsubmitted.contains(*n))
+            .filter_map(|(n, r)| r.live.map(|l| (n.clone(), decide::job_name(n, l.step, l.attempt))))
+            .collect();
+        if jobs.is_empty() {
+            return;
+        }
+        self.polling = true;
+        let (rpc, auth, deadline) = (self.rpc.clone(), self.key.authenticator.clone(), self.deadline());
+        let work = async move {
+            let names: Vec<String> = jobs.iter().map(|(_, j)| j.clone()).collect();
+            let states = match rpc
+                .idempotent(Script::SubmitRpcHandler, request::query_batch2(&auth, 0.0, &names), reply::parse_query_batch2, deadline)
+                .await
+            {
+                Ok(states) => states.batches.into_iter().zip(&names).map(|(group, job)| job_state(&group, job)).collect(),
+                // One batch the server does not know fails the whole call:
+                // ask one by one to find it.
+                Err(RpcError::Boinc { .. }) => {
+                    let mut each = Vec::with_capacity(names.len());
+                    for job in &names {
+                        let one = rpc
+                            .idempotent(
+                                Script::SubmitRpcHandler,
+                                request::query_batch2(&auth, 0.0, std::slice::from_ref(job)),
+                                reply::parse_query_batch2,
+                                deadline,
+                            )
+                            .await;
+                        each.push(match one {
+                            Ok(s) => s.batches.first().map(|g| job_state(g, job)).unwrap_or(ServerState::Missing),
+                            Err(RpcError::Boinc { .. }) => ServerState::Missing,
+                            Err(_) => ServerState::Unknown,
+                        });
+                    }
+                    each
+                }
+                Err(e) => {
+                    tracing::info!("sequence poll failed: {}", auth.redact_in(&e.to_string()));
+                    Vec::new()
+                }
+            };
+            (jobs, states)
+        };
+        ctx.spawn(work.into_actor(self).map(|(jobs, states), act, ctx| {
+            act.polling = false;
+            let now = unix_now();
+            for ((name, job), state) in jobs.into_iter().zip(states) {
+                act.observe(&name, &job, state, now, ctx);
+            }
+        }));
+    }
+
+    /// Applies one polled status and acts on the verdict.
+    fn observe(&mut self, name: &str, job: &str, state: ServerState, now: f64, ctx: &mut Context<Self>) {
+        if self.busy.contains(name) {
+            return;
+        }
+        let Some(rec) = self.seqs.get_mut(name) else { return };
+        let Some(live) = rec.live.as_mut() else { return };
+        if rec.phase != Phase::Running || decide::job_name(name, live.step, live.attempt) != job {
+            return;
+        }
+        live.server = state;
+        if state == ServerState::InProgress && live.first_in_progress.is_none() {
+            live.first_in_progress = Some(now);
+            self.save(name);
+        }
+        let Some(rec) = self.seqs.get(name) else { return };
+        let Some(live) = rec.live else { return };
+        let limits = decide::Limits {
+            max_step_time: f64::from(rec.def.max_step_time),
+            max_attempts: rec.def.max_attempts,
+            unsent_grace: 2.0 * self.config.sequence_poll.as_secs_f64(),
+        };
+        let failures = rec.dead.iter().filter(|d| d.step == live.step && d.reason != STOPPED).count() as u32;
+        match judge(&live, &limits, failures, now) {
+            Next::Wait => {}
+            Next::Collect => self.collect(name.to_string(), live, ctx),
+            Next::Relocate { why, attempt } => self.relocate(name.to_string(), live, why, Some(attempt), ctx),
+            Next::Fail { why } => self.relocate(name.to_string(), live, why, None, ctx),
+        }
+    }
+
+    /// Aborts the attempt, then records its dead branch and either the next
+    /// attempt (`Some`) or the sequence's failure.
+    fn relocate(&mut self, name: String, live: LiveAttempt, why: Relocation, next: Option<u32>, ctx: &mut Context<Self>) {
+        self.busy.insert(name.clone());
+        let job = decide::job_name(&name, live.step, live.attempt);
+        let (rpc, auth, deadline) = (self.rpc.clone(), self.key.authenticator.clone(), self.deadline());
+        let work = async move {
+            rpc.idempotent(Script::SubmitRpcHandler, request::abort_jobs(&auth, &[job]), reply::parse_success, deadline).await
+        };
+        ctx.spawn(work.into_actor(self).map(move |r, act, ctx| {
+            act.busy.remove(&name);
+            // A BOINC error (the job is already gone) still frees the step; a
+            // transient one leaves the attempt for the next poll to retry.
+            if let Err(e) = &r {
+                if !matches!(e, RpcError::Boinc { .. }) {
+                    tracing::info!(sequence = %name, "abort of step {} will be retried", live.step);
+                    return;
+                }
+            }
+            let now = unix_now();
+            let Some(rec) = act.seqs.get_mut(&name) else { return };
+            let branch = DeadBranch {
+                step: live.step,
+                attempt: live.attempt,
+                reason: why.reason().into(),
+                submitted: live.submitted,
+                abandoned: now,
+            };
+            rec.dead.push(branch.clone());
+            match next {
+                Some(attempt) => {
+                    rec.relocations += 1;
+                    rec.live = Some(LiveAttempt {
+                        step: live.step,
+                        attempt,
+                        submitted: now,
+                        first_in_progress: None,
+                        server: ServerState::Unknown,
+                    });
+                    act.unsubmitted.insert(name.clone());
+                    tracing::info!(sequence = %name, step = live.step, attempt, "relocating: {}", why.reason());
+                }
+                None => {
+                    rec.phase = Phase::Failed;
+                    rec.live = None;
+                    rec.reason = Some(format!("step {} failed {} times, last: {}", live.step, rec.def.max_attempts, why.reason()));
+                }
+            }
+            if let Some(rec) = act.seqs.get(&name) {
+                if let Err(e) = act.store.bury(rec, &branch) {
+                    tracing::error!(sequence = %name, "can't record a dead branch: {e}");
+                }
+            }
+            act.tick(ctx);
+        }));
+    }
+
+    /// Downloads a finished step's outputs into the content store.
+    fn collect(&mut self, name: String, live: LiveAttempt, ctx: &mut Context<Self>) {
+        let Some(rec) = self.seqs.get(&name) else { return };
+        self.busy.insert(name.clone());
+        let job = decide::job_name(&name, live.step, live.attempt);
+        let (rpc, key, store, deadline) = (self.rpc.clone(), self.key.clone(), self.store.clone(), self.deadline());
+        let (app, marker) = (rec.def.app_name.clone(), rec.def.end_marker.clone());
+        let cached = self.templates.get(&app).cloned();
+        let work = async move {
+            let templates = match cached {
+                Some(t) => t,
+                None => rpc
+                    .idempotent(
+                        Script::SubmitRpcHandler,
+                        request::get_templates_for_app(&key.authenticator, &app),
+                        reply::parse_templates,
+                        deadline,
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?,
+            };
+            check_output_names(&templates)?;
+            let mut files = Vec::new();
+            for (i, out) in templates.outputs.iter().enumerate() {
+                let incoming = store.content_path("incoming");
+                std::fs::create_dir_all(incoming.parent().unwrap_or(Path::new("."))).map_err(|e| e.to_string())?;
+                let tmp = atomic_file::temp_beside(&incoming).map_err(|e| e.to_string())?;
+                let url = request::output_url(&key.url, &key.authenticator, &job, i);
+                match rpc.download(url, tmp.path().to_path_buf(), deadline).await {
+                    Ok(_) => {}
+                    // An optional output the step did not write (a heartbeat).
+                    Err(RpcError::Boinc { msg, .. }) if msg.contains("no such file") => continue,
+                    Err(e) => return Err(e.to_string()),
+                }
+                let kept = store.clone();
+                let md5 = tokio::task::spawn_blocking(move || -> io::Result<String> {
+                    let md5 = md5_file(tmp.path())?;
+                    let dest = kept.content_path(&md5);
+                    if !dest.exists() {
+                        atomic_file::persist(tmp, &dest)?;
+                    }
+                    Ok(md5)
+                })
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+                files.push(StepFile { name: out.clone(), md5 });
+            }
+            let marker_seen = marker.is_some_and(|m| files.iter().any(|f| f.name == m));
+            Ok::<_, String>((templates, files, marker_seen))
+        };
+        ctx.spawn(work.into_actor(self).map(move |r, act, ctx| {
+            act.busy.remove(&name);
+            let (templates, files, marker_seen) = match r {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::info!(sequence = %name, "collecting step {} will be retried: {}", live.step, act.key.authenticator.redact_in(&e));
+                    return;
+                }
+            };
+            if let Err(e) = act.store.put_files(&name, live.step, &files) {
+                tracing::error!(sequence = %name, "can't record step {}'s files: {e}", live.step);
+                return;
+            }
+            let Some(rec) = act.seqs.get_mut(&name) else { return };
+            act.templates.insert(rec.def.app_name.clone(), templates);
+            rec.done = live.step;
+            rec.live = None;
+            rec.ended |= marker_seen;
+            if decide::next_step(rec.done, rec.planned, rec.ended, false).is_none() {
+                rec.phase = Phase::Completed;
+            }
+            act.save(&name);
+            // Batches no longer needed on the server: the one before this
+            // step's (this step's still ties the inputs the next step shares,
+            // so retiring it now would make them upload again), and this one
+            // once the sequence is over.
+            let Some(rec) = act.seqs.get(&name) else { return };
+            let finished = rec.phase == Phase::Completed;
+            let mut retire = Vec::new();
+            for step in [live.step.saturating_sub(1), if finished { live.step } else { 0 }] {
+                if step > 0 {
+                    let attempt = 1 + rec.dead.iter().filter(|d| d.step == step).map(|d| d.attempt).max().unwrap_or(0);
+                    retire.push(decide::job_name(&name, step, attempt));
+                }
+            }
+            let (rpc, auth, deadline) = (act.rpc.clone(), act.key.authenticator.clone(), act.deadline());
+            ctx.spawn(
+                async move {
+                    for batch in retire {
+                        let _ = rpc.idempotent(Script::SubmitRpcHandler, request::retire_batch(&auth, &batch), reply::parse_success, deadline).await;
+                    }
+                }
+                .into_actor(act),
+            );
+            act.tick(ctx);
+        }));
+    }
+
+    fn record(&self, name: &str) -> Result<&SequenceRecord, SequenceError> {
+        self.seqs.get(name).ok_or_else(|| SequenceError::NoSuchSequence(name.into()))
+    }
+
+    /// Stops the sequence in `phase`, aborting its live step.
+    fn halt(&mut self, name: &str, phase: Phase, reason: Option<String>, ctx: &mut Context<Self>) -> Result<(), SequenceError> {
+        let rec = self.seqs.get_mut(name).ok_or_else(|| SequenceError::NoSuchSequence(name.into()))?;
+        if rec.phase.finished() {
+            return Err(SequenceError::Finished(name.into()));
+        }
+        rec.phase = phase;
+        rec.reason = reason;
+        let live = rec.live.take();
+        if let Some(live) = live {
+            let branch = DeadBranch {
+                step: live.step,
+                attempt: live.attempt,
+                reason: STOPPED.into(),
+                submitted: live.submitted,
+                abandoned: unix_now(),
+            };
+            rec.dead.push(branch.clone());
+            self.store.bury(rec, &branch).map_err(local)?;
+            self.unsubmitted.remove(name);
+            self.abort_job(decide::job_name(name, live.step, live.attempt), ctx);
+        } else {
+            self.store.save(rec).map_err(local)?;
+        }
+        Ok(())
+    }
+}
+
+/// A submit failure that may pass: transient, or the project is down.
+fn submit_may_pass(e: &SubmitError) -> bool {
+    e.project_down() || e.rpc().is_some_and(RpcError::outcome_unknown) || matches!(e, SubmitError::Internal(_))
+}
+
+fn job_state(group: &[gahp_protocol::boinc::JobState], job: &str) -> ServerState {
+    group.iter().find(|j| j.name == job).map(|j| ServerState::from_status(&j.status)).unwrap_or(ServerState::Missing)
+}
+
+fn md5_hex(bytes: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    Md5::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The step's input files in the app's template order: a state file from
+/// the content store, else the owner's input of that name.
+fn step_inputs(
+    def: &SequenceDef,
+    templates: &Templates,
+    state: &[StepFile],
+    content_path: impl Fn(&str) -> PathBuf,
+) -> Result<Vec<InputFile>, String> {
+    templates
+        .inputs
+        .iter()
+        .map(|slot| {
+            if let Some(f) = state.iter().find(|f| &f.name == slot) {
+                return Ok(InputFile { src: content_path(&f.md5), dst_name: slot.clone() });
+            }
+            match def.inputs.iter().find(|(_, n)| n == slot) {
+                Some((path, _)) => Ok(InputFile { src: path.clone(), dst_name: slot.clone() }),
+                None => {
+                    Err(format!("app {} takes an input {slot} that is neither a state file nor an input of the sequence", def.app_name))
+                }
+            }
+        })
+        .collect()
+}
+
+impl Actor for SequenceRelocator {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        match self.store.load_all() {
+            Ok(all) => {
+                for rec in all {
+                    // A live attempt held over a restart may or may not have
+                    // reached the server: the submit finds out by name.
+                    if rec.phase == Phase::Running && rec.live.is_some() {
+                        self.unsubmitted.insert(rec.def.name.clone());
+                    }
+                    self.seqs.insert(rec.def.name.clone(), rec);
+                }
+                if !self.seqs.is_empty() {
+                    tracing::info!(project = %self.key.url, sequences = self.seqs.len(), "resuming work sequences");
+                }
+            }
+            Err(e) => tracing::error!(project = %self.key.url, "can't load the work sequences: {e}"),
+        }
+        ctx.run_interval(self.config.sequence_poll, |act, ctx| act.tick(ctx));
+        self.tick(ctx);
+    }
+}
+
+/// Creates a sequence, or resumes a stopped one of the same definition
+/// (HTCondor's hold then release). Creating a running sequence again with
+/// the same definition is a no-op (a retried command).
+#[derive(Message)]
+#[rtype(result = "Result<(), SequenceError>")]
+pub struct CreateSequence {
+    pub def: SequenceDef,
+    /// Planned steps.
+    pub steps: u32,
+    /// The initial state files: (local path, state file name).
+    pub state_files: Vec<(PathBuf, String)>,
+}
+
+impl Handler<CreateSequence> for SequenceRelocator {
+    type Result = ResponseActFuture<Self, Result<(), SequenceError>>;
+
+    fn handle(&mut self, msg: CreateSequence, _: &mut Context<Self>) -> Self::Result {
+        let name = msg.def.name.clone();
+        if let Some(rec) = self.seqs.get_mut(&name) {
+            let r = if rec.def != msg.def {
+                Err(SequenceError::Exists(name.clone()))
+            } else if rec.phase == Phase::Stopped {
+                rec.phase = Phase::Running;
+                rec.reason = None;
+                Ok(())
+            } else {
+                Ok(())
+            };
+            if r.is_ok() {
+                self.save(&name);
+            }
+            return Box::pin(fut::ready(r).map(|r, act: &mut Self, ctx| {
+                act.tick(ctx);
+                r
+            }));
+        }
+        let CreateSequence { def, steps, state_files } = msg;
+        let store = self.store.clone();
+        let work = async move {
+            if steps == 0 || def.max_step_time == 0 || def.max_attempts == 0 {
+                return Err(SequenceError::Invalid("steps, max step time and max attempts must be at least 1".into()));
+            }
+            if state_files.is_empty() || def.state_names.len() != state_files.len() {
+                return Err(SequenceError::Invalid("the state files do not match the definition".into()));
+            }
+            let rec = SequenceRecord {
+                def,
+                planned: steps,
+                done: 0,
+                phase: Phase::Running,
+                ended: false,
+                reason: None,
+                relocations: 0,
+                live: None,
+                dead: Vec::new(),
+            };
+            tokio::task::spawn_blocking(move || {
+                let mut initial = Vec::new();
+                for (path, file) in &state_files {
+                    let md5 =
+                        store.keep(path).map_err(|e| SequenceError::Local(format!("can't read state file {}: {e}", path.display())))?;
+                    initial.push(StepFile { name: file.clone(), md5 });
+                }
+                store.put_files(&rec.def.name, 0, &initial).map_err(local)?;
+                store.save(&rec).map_err(local)?;
+                Ok(rec)
+            })
+            .await
+            .map_err(local)?
+        };
+        Box::pin(work.into_actor(self).map(|r, act, ctx| {
+            let rec = r?;
+            act.seqs.insert(rec.def.name.clone(), rec);
+            act.tick(ctx);
+            Ok(())
+        }))
+    }
+}
+
+/// Adds steps after the last planned one (reopens a sequence that
+/// completed because its plan ran out).
+#[derive(Message)]
+#[rtype(result = "Result<(), SequenceError>")]
+pub struct ExtendSequence {
+    pub name: String,
+    pub steps: u32,
+}
+
+impl Handler<ExtendSequence> for SequenceRelocator {
+    type Result = Result<(), SequenceError>;
+    fn handle(&mut self, msg: ExtendSequence, ctx: &mut Context<Self>) -> Self::Result {
+        let rec = self.seqs.get_mut(&msg.name).ok_or_else(|| SequenceError::NoSuchSequence(msg.name.clone()))?;
+        let reopen = rec.phase == Phase::Completed && !rec.ended;
+        if rec.phase.finished() && !reopen {
+            return Err(SequenceError::Finished(msg.name));
+        }
+        rec.planned = decide::extend(rec.planned, msg.steps);
+        if reopen {
+            rec.phase = Phase::Running;
+        }
+        self.store.save(rec).map_err(local)?;
+        self.tick(ctx);
+        Ok(())
+    }
+}
+
+/// No step after the current one.
+#[derive(Message)]
+#[rtype(result = "Result<(), SequenceError>")]
+pub struct EndSequence {
+    pub name: String,
+}
+
+impl Handler<EndSequence> for SequenceRelocator {
+    type Result = Result<(), SequenceError>;
+    fn handle(&mut self, msg: EndSequence, ctx: &mut Context<Self>) -> Self::Result {
+        let rec = self.seqs.get_mut(&msg.name).ok_or_else(|| SequenceError::NoSuchSequence(msg.name.clone()))?;
+        if !rec.phase.finished() {
+            rec.ended = true;
+            self.store.save(rec).map_err(local)?;
+            self.tick(ctx);
+        }
+        Ok(())
+    }
+}
+
+/// Where the sequence stands (`BOINC_SEQUENCE_QUERY`).
+#[derive(Message)]
+#[rtype(result = "Result<SequenceState, SequenceError>")]
+pub struct QuerySequence {
+    pub name: String,
+}
+
+impl Handler<QuerySequence> for SequenceRelocator {
+    type Result = Result<SequenceState, SequenceError>;
+    fn handle(&mut self, msg: QuerySequence, _: &mut Context<Self>) -> Self::Result {
+        let rec = self.record(&msg.name)?;
+        Ok(SequenceState {
+            status: rec.phase.status(),
+            steps_done: rec.done,
+            steps_planned: rec.planned,
+            current_step: rec.live.map_or(0, |l| l.step),
+            attempt: rec.live.map_or(0, |l| l.attempt),
+            relocations: rec.relocations,
+            project_url: self.key.url.clone(),
+            reason: rec.reason.clone(),
+            dead_branches: rec.dead.clone(),
+        })
+    }
+}
+
+/// Writes a completed step's files (its outputs, and the state it left)
+/// into `dir`, each whole or not at all; yields the step and file names.
+#[derive(Message)]
+#[rtype(result = "Result<(u32, Vec<String>), SequenceError>")]
+pub struct FetchSequence {
+    pub name: String,
+    pub step: StepSelector,
+    pub dir: PathBuf,
+}
+
+impl Handler<FetchSequence> for SequenceRelocator {
+    type Result = ResponseFuture<Result<(u32, Vec<String>), SequenceError>>;
+    fn handle(&mut self, msg: FetchSequence, _: &mut Context<Self>) -> Self::Result {
+        let checked = self.record(&msg.name).and_then(|rec| {
+            let step = match msg.step {
+                StepSelector::Latest => rec.done,
+                StepSelector::Step(n) => n,
+            };
+            if step == 0 || step > rec.done {
+                return Err(SequenceError::NoSuchStep { name: msg.name.clone(), step });
+            }
+            Ok((step, rec.def.state_names.clone()))
+        });
+        let store = self.store.clone();
+        Box::pin(async move {
+            let (step, state_names) = checked?;
+            tokio::task::spawn_blocking(move || {
+                let mut files = store.files(&msg.name, step).map_err(local)?;
+                // A heartbeat step wrote no state: the state it left is older.
+                for carried in store.state_before(&msg.name, step, &state_names).map_err(local)? {
+                    if !files.iter().any(|f| f.name == carried.name) {
+                        files.push(carried);
+                    }
+                }
+                let mut names = Vec::with_capacity(files.len());
+                for f in files {
+                    let dest = msg.dir.join(&f.name);
+                    copy_whole(&store.content_path(&f.md5), &dest)
+                        .map_err(|e| SequenceError::Local(format!("can't write {}: {e}", dest.display())))?;
+                    names.push(f.name);
+                }
+                names.sort();
+                Ok((step, names))
+            })
+            .await
+            .map_err(local)?
+        })
+    }
+}
+
+/// Streams `src` to `dest` through a temporary file and a rename.
+fn copy_whole(src: &Path, dest: &Path) -> io::Result<()> {
+    let mut input = std::fs::File::open(src)?;
+    atomic_file::write_whole(dest, |out| io::copy(&mut input, out).map(drop))
+}
+
+/// Aborts the live step and ends the sequence for good (`ABORTED`).
+#[derive(Message)]
+#[rtype(result = "Result<(), SequenceError>")]
+pub struct AbortSequence {
+    pub name: String,
+}
+
+impl Handler<AbortSequence> for SequenceRelocator {
+    type Result = Result<(), SequenceError>;
+    fn handle(&mut self, msg: AbortSequence, ctx: &mut Context<Self>) -> Self::Result {
+        self.halt(&msg.name, Phase::Aborted, Some("aborted by owner".into()), ctx)
+    }
+}
+
+/// Aborts the live step but keeps the sequence resumable: a later
+/// [`CreateSequence`] with the same definition continues from the last
+/// completed state with a new attempt of the current step.
+#[derive(Message)]
+#[rtype(result = "Result<(), SequenceError>")]
+pub struct StopSequence {
+    pub name: String,
+}
+
+impl Handler<StopSequence> for SequenceRelocator {
+    type Result = Result<(), SequenceError>;
+    fn handle(&mut self, msg: StopSequence, ctx: &mut Context<Self>) -> Self::Result {
+        self.halt(&msg.name, Phase::Stopped, None, ctx)
+    }
+}

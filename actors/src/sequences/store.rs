@@ -1,0 +1,402 @@
+//! The durable record of the sequences of one project account: rows in the
+//! state database (migration 4) and state files in a content store
+//! (`<state dir>/sequence-files/<md5>`), so that a file whose content did
+//! not change is one file however many steps carry it. Calls block: make
+//! them from a blocking thread.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use md5::{Digest, Md5};
+use rusqlite::{params, OptionalExtension};
+use serde::{Deserialize, Serialize};
+
+use gahp_protocol::gahp::sequence::{DeadBranch, SequenceStatus};
+
+use crate::atomic_file;
+use crate::sequences::decide::{LiveAttempt, ServerState};
+use crate::state_db::StateDb;
+
+/// What the owner asked for; fixed at create (but the plan, by extend).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SequenceDef {
+    pub name: String,
+    pub app_name: String,
+    pub max_step_time: u32,
+    pub max_attempts: u32,
+    pub end_marker: Option<String>,
+    /// The state files' names, in the order of the initial files.
+    pub state_names: Vec<String>,
+    pub args: Vec<String>,
+    /// Inputs of every step besides the state: (local path, name).
+    pub inputs: Vec<(PathBuf, String)>,
+}
+
+/// Where a sequence is; `Stopped` is resumable (its live step was aborted
+/// by the owner's stop, e.g. a held HTCondor job).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Running,
+    Stopped,
+    Completed,
+    Failed,
+    Aborted,
+}
+
+impl Phase {
+    fn as_str(self) -> &'static str {
+        match self {
+            Phase::Running => "RUNNING",
+            Phase::Stopped => "STOPPED",
+            Phase::Completed => "COMPLETED",
+            Phase::Failed => "FAILED",
+            Phase::Aborted => "ABORTED",
+        }
+    }
+
+    fn parse(s: &str) -> Phase {
+        match s {
+            "STOPPED" => Phase::Stopped,
+            "COMPLETED" => Phase::Completed,
+            "FAILED" => Phase::Failed,
+            "ABORTED" => Phase::Aborted,
+            _ => Phase::Running,
+        }
+    }
+
+    /// As `BOINC_SEQUENCE_QUERY` reports it (a stopped sequence is still
+    /// running as far as the owner can tell: it resumes).
+    pub fn status(self) -> SequenceStatus {
+        match self {
+            Phase::Running | Phase::Stopped => SequenceStatus::Running,
+            Phase::Completed => SequenceStatus::Completed,
+            Phase::Failed => SequenceStatus::Failed,
+            Phase::Aborted => SequenceStatus::Aborted,
+        }
+    }
+
+    pub fn finished(self) -> bool {
+        matches!(self, Phase::Completed | Phase::Failed | Phase::Aborted)
+    }
+}
+
+/// One sequence as the daemon holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SequenceRecord {
+    pub def: SequenceDef,
+    pub planned: u32,
+    pub done: u32,
+    pub phase: Phase,
+    /// The owner ended it: no step after the current one.
+    pub ended: bool,
+    pub reason: Option<String>,
+    pub relocations: u32,
+    /// The attempt on the server (or being submitted), if any.
+    pub live: Option<LiveAttempt>,
+    pub dead: Vec<DeadBranch>,
+}
+
+/// One file of a completed step: its name and content name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepFile {
+    pub name: String,
+    pub md5: String,
+}
+
+pub const MIGRATION: &str = "CREATE TABLE sequences (
+         project TEXT NOT NULL,
+         account TEXT NOT NULL,
+         name TEXT NOT NULL,
+         def TEXT NOT NULL,
+         planned INTEGER NOT NULL,
+         done INTEGER NOT NULL,
+         phase TEXT NOT NULL,
+         ended INTEGER NOT NULL,
+         reason TEXT,
+         relocations INTEGER NOT NULL,
+         live_step INTEGER,
+         live_attempt INTEGER,
+         live_submitted REAL,
+         live_first_in_progress REAL,
+         PRIMARY KEY (project, account, name)
+     );
+     CREATE TABLE sequence_dead_branches (
+         project TEXT NOT NULL,
+         account TEXT NOT NULL,
+         name TEXT NOT NULL,
+         step INTEGER NOT NULL,
+         attempt INTEGER NOT NULL,
+         reason TEXT NOT NULL,
+         submitted REAL NOT NULL,
+         abandoned REAL NOT NULL,
+         PRIMARY KEY (project, account, name, step, attempt)
+     );
+     CREATE TABLE sequence_files (
+         project TEXT NOT NULL,
+         account TEXT NOT NULL,
+         name TEXT NOT NULL,
+         step INTEGER NOT NULL,
+         file TEXT NOT NULL,
+         md5 TEXT NOT NULL,
+         PRIMARY KEY (project, account, name, step, file)
+     );";
+
+/// The sequences of one project account. `account` identifies the
+/// authenticator without holding it (its MD5).
+#[derive(Clone)]
+pub struct SequenceStore {
+    db: StateDb,
+    project: String,
+    account: String,
+    files: PathBuf,
+}
+
+fn sql(e: rusqlite::Error) -> io::Error {
+    io::Error::other(e)
+}
+
+impl SequenceStore {
+    pub fn new(db: StateDb, state_dir: &Path, project: &str, account: &str) -> Self {
+        SequenceStore { db, project: project.into(), account: account.into(), files: state_dir.join("sequence-files") }
+    }
+
+    /// The content store's copy of a file.
+    pub fn content_path(&self, md5: &str) -> PathBuf {
+        self.files.join(md5)
+    }
+
+    /// Streams `src` into the content store; returns its content name.
+    pub fn keep(&self, src: &Path) -> io::Result<String> {
+        std::fs::create_dir_all(&self.files)?;
+        let mut input = File::open(src)?;
+        let mut tmp = atomic_file::temp_beside(&self.files.join("incoming"))?;
+        let mut hasher = Md5::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = input.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            tmp.write_all(&buf[..n])?;
+        }
+        let md5: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        let dest = self.content_path(&md5);
+        if !dest.exists() {
+            atomic_file::persist(tmp, &dest)?;
+        }
+        Ok(md5)
+    }
+
+    pub fn load_all(&self) -> io::Result<Vec<SequenceRecord>> {
+        self.db
+            .with_conn(|c| {
+                let mut stmt = c.prepare(
+                    "SELECT def, planned, done, phase, ended, reason, relocations, live_step, live_attempt, live_submitted, live_first_in_progress
+                     FROM sequences WHERE project = ?1 AND account = ?2",
+                )?;
+                let rows = stmt.query_map(params![self.project, self.account], |r| {
+                    let def: String = r.get(0)?;
+                    let live = match (r.get::<_, Option<u32>>(7)?, r.get::<_, Option<u32>>(8)?) {
+                        (Some(step), Some(attempt)) => Some(LiveAttempt {
+                            step,
+                            attempt,
+                            submitted: r.get::<_, Option<f64>>(9)?.unwrap_or(0.0),
+                            first_in_progress: r.get(10)?,
+                            server: ServerState::Unknown,
+                        }),
+                        _ => None,
+                    };
+                    Ok((def, r.get(1)?, r.get(2)?, r.get::<_, String>(3)?, r.get(4)?, r.get(5)?, r.get(6)?, live))
+                })?;
+                let mut out = Vec::new();
+                for row in rows {
+                    let (def, planned, done, phase, ended, reason, relocations, live) = row?;
+                    let Ok(def) = serde_json::from_str::<SequenceDef>(&def) else {
+                        tracing::error!("skipping a sequence whose definition cannot be read");
+                        continue;
+                    };
+                    out.push(SequenceRecord {
+                        def,
+                        planned,
+                        done,
+                        phase: Phase::parse(&phase),
+                        ended,
+                        reason,
+                        relocations,
+                        live,
+                        dead: Vec::new(),
+                    });
+                }
+                for rec in &mut out {
+                    let mut stmt = c.prepare(
+                        "SELECT step, attempt, reason, submitted, abandoned FROM sequence_dead_branches
+                         WHERE project = ?1 AND account = ?2 AND name = ?3 ORDER BY step, attempt",
+                    )?;
+                    let dead = stmt.query_map(params![self.project, self.account, rec.def.name], |r| {
+                        Ok(DeadBranch { step: r.get(0)?, attempt: r.get(1)?, reason: r.get(2)?, submitted: r.get(3)?, abandoned: r.get(4)? })
+                    })?;
+                    rec.dead = dead.collect::<Result<_, _>>()?;
+                }
+                Ok(out)
+            })
+            .map_err(sql)
+    }
+
+    /// Writes the sequence's row (everything but dead branches and files).
+    pub fn save(&self, rec: &SequenceRecord) -> io::Result<()> {
+        let def = serde_json::to_string(&rec.def).map_err(io::Error::other)?;
+        let live = rec.live.as_ref();
+        self.db
+            .with_conn(|c| {
+                c.execute(
+                    "INSERT OR REPLACE INTO sequences VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                    params![
+                        self.project,
+                        self.account,
+                        rec.def.name,
+                        def,
+                        rec.planned,
+                        rec.done,
+                        rec.phase.as_str(),
+                        rec.ended,
+                        rec.reason,
+                        rec.relocations,
+                        live.map(|l| l.step),
+                        live.map(|l| l.attempt),
+                        live.map(|l| l.submitted),
+                        live.and_then(|l| l.first_in_progress),
+                    ],
+                )
+                .map(drop)
+            })
+            .map_err(sql)
+    }
+
+    /// Records a dead branch and the sequence's new row in one transaction.
+    pub fn bury(&self, rec: &SequenceRecord, branch: &DeadBranch) -> io::Result<()> {
+        self.db
+            .with_conn(|c| {
+                c.execute(
+                    "INSERT OR REPLACE INTO sequence_dead_branches VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    params![
+                        self.project,
+                        self.account,
+                        rec.def.name,
+                        branch.step,
+                        branch.attempt,
+                        branch.reason,
+                        branch.submitted,
+                        branch.abandoned
+                    ],
+                )
+                .map(drop)
+            })
+            .map_err(sql)?;
+        self.save(rec)
+    }
+
+    /// Records a completed step's files (step 0: the initial state).
+    pub fn put_files(&self, name: &str, step: u32, files: &[StepFile]) -> io::Result<()> {
+        self.db
+            .with_conn(|c| {
+                let tx = c.transaction()?;
+                for f in files {
+                    tx.execute(
+                        "INSERT OR REPLACE INTO sequence_files VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                        params![self.project, self.account, name, step, f.name, f.md5],
+                    )?;
+                }
+                tx.commit()
+            })
+            .map_err(sql)
+    }
+
+    pub fn files(&self, name: &str, step: u32) -> io::Result<Vec<StepFile>> {
+        self.db
+            .with_conn(|c| {
+                let mut stmt = c.prepare(
+                    "SELECT file, md5 FROM sequence_files WHERE project = ?1 AND account = ?2 AND name = ?3 AND step = ?4 ORDER BY file",
+                )?;
+                let rows =
+                    stmt.query_map(params![self.project, self.account, name, step], |r| Ok(StepFile { name: r.get(0)?, md5: r.get(1)? }))?;
+                rows.collect()
+            })
+            .map_err(sql)
+    }
+
+    /// The state a step starts from: each state file as the last step
+    /// that wrote it left it (a heartbeat step writes none).
+    pub fn state_before(&self, name: &str, step: u32, state_names: &[String]) -> io::Result<Vec<StepFile>> {
+        self.db
+            .with_conn(|c| {
+                let mut out = Vec::new();
+                for file in state_names {
+                    let md5: Option<String> = c
+                        .query_row(
+                            "SELECT md5 FROM sequence_files WHERE project = ?1 AND account = ?2 AND name = ?3 AND file = ?4 AND step < ?5
+                             ORDER BY step DESC LIMIT 1",
+                            params![self.project, self.account, name, file, step],
+                            |r| r.get(0),
+                        )
+                        .optional()?;
+                    if let Some(md5) = md5 {
+                        out.push(StepFile { name: file.clone(), md5 });
+                    }
+                }
+                Ok(out)
+            })
+            .map_err(sql)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def() -> SequenceDef {
+        SequenceDef {
+            name: "s".into(),
+            app_name: "stepper".into(),
+            max_step_time: 60,
+            max_attempts: 3,
+            end_marker: Some("DONE".into()),
+            state_names: vec!["state".into()],
+            args: vec!["--sleep-ms".into(), "5".into()],
+            inputs: vec![],
+        }
+    }
+
+    #[test]
+    fn a_record_and_its_dead_branches_survive_a_reopen_and_state_carries_over_heartbeats() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "acct");
+        let mut rec = SequenceRecord {
+            def: def(),
+            planned: 5,
+            done: 2,
+            phase: Phase::Running,
+            ended: false,
+            reason: None,
+            relocations: 1,
+            live: Some(LiveAttempt { step: 3, attempt: 2, submitted: 10.0, first_in_progress: Some(12.0), server: ServerState::Unknown }),
+            dead: vec![],
+        };
+        let branch = DeadBranch { step: 3, attempt: 1, reason: "deadline missed".into(), submitted: 1.0, abandoned: 9.0 };
+        rec.dead.push(branch.clone());
+        store.bury(&rec, &branch).unwrap();
+        let src = dir.path().join("init");
+        std::fs::write(&src, b"counter 0\n").unwrap();
+        let md5 = store.keep(&src).unwrap();
+        assert_eq!(std::fs::read(store.content_path(&md5)).unwrap(), b"counter 0\n");
+        store.put_files("s", 0, &[StepFile { name: "state".into(), md5: md5.clone() }]).unwrap();
+        store.put_files("s", 1, &[StepFile { name: "log".into(), md5: "x".into() }]).unwrap();
+
+        let again = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "acct");
+        assert_eq!(again.load_all().unwrap(), vec![rec]);
+        assert_eq!(again.state_before("s", 3, &["state".into()]).unwrap(), vec![StepFile { name: "state".into(), md5 }]);
+        let other = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "another");
+        assert!(other.load_all().unwrap().is_empty(), "another account sees none of them");
+    }
+}
