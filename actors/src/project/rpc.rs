@@ -380,7 +380,7 @@ fn multipart(xml: &str, files: &[Attachment]) -> (String, Bytes) {
 }
 
 /// Web roots plus the CA files HTCondor passes in GAHP_SSL_CAFILE/CADIR.
-fn tls_config(ca_files: &[PathBuf]) -> Result<rustls::ClientConfig, String> {
+pub fn tls_config(ca_files: &[PathBuf]) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     for path in ca_files {
