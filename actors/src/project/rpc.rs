@@ -310,7 +310,11 @@ impl RpcClient {
         if let Some(expected) = expected.filter(|n| *n != total) {
             return Err(Attempt::Transient(format!("download cut short: {total} of {expected} bytes")));
         }
-        file.sync_all().await.map_err(|e| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display()))))?;
+        // tokio writes in the background: the error of the last write (a
+        // full disk) comes out of flush, which sync_all does not report.
+        let cant_write = |e: std::io::Error| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display())));
+        file.flush().await.map_err(cant_write)?;
+        file.sync_all().await.map_err(cant_write)?;
         Ok(total)
     }
 
