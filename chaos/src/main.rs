@@ -7,6 +7,7 @@
 
 mod daemon;
 mod http1;
+mod judge;
 mod plan;
 mod proxy;
 mod run;

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use crate::daemon::{leftover_daemons, select, DaemonSpec};
 use crate::http1::Upstream;
+use crate::judge;
 use crate::plan::{Plan, Profile};
 use crate::proxy::{Proxy, LANES};
 use crate::truth::{Truth, BATCH_RETIRED};
@@ -301,6 +302,8 @@ impl Run<'_> {
         self.check_statuses(&plans, &statuses, &aborted)?;
 
         self.blah_jobs()?;
+        // Work sequences (and a kill -9 mid-sequence) join the workload
+        // here once the daemon has them; pools (`pool:<file>`) likewise.
         self.fetch_all(&plans, &statuses, kill_at.is_some() && kill_in_fetch)?;
         self.full_filesystem(&statuses)?;
         self.retire_all(&plans)?;
@@ -330,46 +333,20 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// A success iff every job exists, exactly once; no batch name twice;
-    /// an error leaves nothing a resubmit would duplicate.
+    /// The submit invariants of [`judge::submits`] against the server.
     fn check_submits(&mut self, plans: &[BatchPlan]) -> Result<(), String> {
         let server = self.spec.truth.batches(&self.prefix()).map_err(|e| format!("reading the server's truth: {e}"))?;
-        let mut by_name: HashMap<&str, Vec<&crate::truth::ServerBatch>> = HashMap::new();
-        for b in &server {
-            by_name.entry(b.name.as_str()).or_default().push(b);
-        }
-        for (name, list) in &by_name {
-            if list.len() > 1 {
-                self.violation(format!("batch name {name} exists {} times on the server", list.len()));
-            }
-        }
-        for p in plans {
-            let want: BTreeSet<&str> = p.req.jobs.iter().map(|j| j.name.as_str()).collect();
-            let on_server = by_name.get(p.req.batch_name.as_str()).cloned().unwrap_or_default();
-            let jobs: Vec<&str> = on_server.iter().flat_map(|b| b.jobs.iter().map(|(n, _)| n.as_str())).collect();
-            let distinct: BTreeSet<&str> = jobs.iter().copied().collect();
-            if distinct.len() != jobs.len() {
-                self.violation(format!("batch {}: a job exists twice on the server", p.req.batch_name));
-            }
-            if p.ok && distinct != want {
-                self.violation(format!(
-                    "batch {}: success reported, the server has {} of {} jobs",
-                    p.req.batch_name,
-                    distinct.intersection(&want).count(),
-                    want.len()
-                ));
-            }
-            if !p.ok && !jobs.is_empty() {
-                let said = p.error.as_deref().unwrap_or("");
-                if !said.contains("exist") {
-                    self.violation(format!(
-                        "batch {}: error {said:?} left {} jobs on the server without saying so",
-                        p.req.batch_name,
-                        jobs.len()
-                    ));
-                }
-            }
-        }
+        let submitted: Vec<judge::Submitted> = plans
+            .iter()
+            .map(|p| judge::Submitted {
+                batch: &p.req.batch_name,
+                jobs: p.req.jobs.iter().map(|j| j.name.as_str()).collect(),
+                ok: p.ok,
+                error: p.error.as_deref(),
+            })
+            .collect();
+        let found = judge::submits(&submitted, &server);
+        self.report.violations.extend(found);
         Ok(())
     }
 
@@ -495,9 +472,10 @@ impl Run<'_> {
                 self.report.fetches_ok += 1;
                 let got = std::fs::read(out_dir.join(&dst)).map_err(|e| format!("{dst}: {e}"))?;
                 match self.spec.truth.output(&job, 0) {
-                    Ok(server) if server == got => {}
                     Ok(server) => {
-                        self.violation(format!("output of {job}: {} bytes fetched, the server's copy has {}", got.len(), server.len()))
+                        if let Some(v) = judge::output(&job, &got, &server) {
+                            self.violation(v);
+                        }
                     }
                     Err(e) => self.violation(format!("output of {job}: the server's copy: {e}")),
                 }
@@ -509,11 +487,9 @@ impl Run<'_> {
 
     fn check_no_partial(&mut self, dir: &Path, expected: &BTreeSet<String>) {
         let Ok(rd) = std::fs::read_dir(dir) else { return };
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !expected.contains(&name) {
-                self.violation(format!("{} left in the output directory {}", name, dir.display()));
-            }
+        let present: Vec<String> = rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        for name in judge::leftovers(&present, expected) {
+            self.violation(format!("{name} left in the output directory {}", dir.display()));
         }
     }
 
@@ -628,8 +604,11 @@ impl Run<'_> {
                     let name = id.rsplit('/').next().unwrap_or("");
                     let got = std::fs::read(iwd.join("out")).unwrap_or_default();
                     match self.spec.truth.output(name, 0) {
-                        Ok(server) if server == got => {}
-                        Ok(_) => self.violation(format!("BLAH job {id}: output differs from the server's copy")),
+                        Ok(server) => {
+                            if let Some(v) = judge::output(&format!("BLAH job {id}"), &got, &server) {
+                                self.violation(v);
+                            }
+                        }
                         Err(e) => self.violation(format!("BLAH job {id}: the server's copy: {e}")),
                     }
                     let batches = self.spec.truth.batches(name).map_err(|e| e.to_string())?;
