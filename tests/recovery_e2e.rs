@@ -293,3 +293,27 @@ fn a_fetch_onto_a_full_filesystem_fails_and_leaves_nothing() {
     assert!(r[0].contains("No space left"), "a fetch onto a full disk is an error: {r:?}");
     assert_eq!(left, ["filler"], "no partial file");
 }
+
+#[test]
+fn a_php_fatal_page_instead_of_an_output_file_is_tried_again() {
+    // get_output.php dies on a lost database connection now and then; the
+    // download is idempotent, so it is retried like any RPC's fatal page.
+    // (Seed 3 makes the sim's "malformed" reply the PHP fatal page.)
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "fataldl", 1);
+    wait_finished(&mut g, "fataldl");
+    sim.set_faults(json!({"seed": 3, "script": [{"endpoint": "get_output.php:workunit_file", "nth": 1, "kind": "malformed"}]}));
+    let fetch = FetchOutput {
+        job_name: "fataldl#0.0".into(),
+        dir: dir.path().into(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("out")).unwrap(), "INPUT 0 OF FATALDL\n");
+    assert_eq!(sim.calls("get_output.php:workunit_file"), 2);
+}

@@ -72,6 +72,9 @@ struct Cli {
     finish_wait: u64,
 }
 
+/// How much faster than real time the simulated project runs.
+const SIM_TIME_SCALE: f64 = 100.0;
+
 fn sibling(name: &str) -> PathBuf {
     std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join(name))).unwrap_or_else(|| PathBuf::from(name))
 }
@@ -162,8 +165,12 @@ fn sweep(cli: &Cli) -> Result<bool, String> {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         // A simulated project of its own per run, jobs 100x faster.
+        let time_scale = if cli.sim { SIM_TIME_SCALE } else { 1.0 };
         let sim = if cli.sim {
-            Some(SimProcess::start(&sim_exe, &["--time-scale", "100"]).map_err(|e| format!("starting {}: {e}", sim_exe.display()))?)
+            Some(
+                SimProcess::start(&sim_exe, &["--time-scale", &SIM_TIME_SCALE.to_string()])
+                    .map_err(|e| format!("starting {}: {e}", sim_exe.display()))?,
+            )
         } else {
             None
         };
@@ -194,6 +201,7 @@ fn sweep(cli: &Cli) -> Result<bool, String> {
             auth_file,
             truth: &truth,
             finish_wait: Duration::from_secs(cli.finish_wait),
+            time_scale,
         };
         let report = run::run(&spec).unwrap_or_else(|e| RunReport {
             seed,

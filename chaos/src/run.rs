@@ -44,6 +44,10 @@ pub struct RunSpec<'a> {
     pub truth: &'a Truth,
     /// How long to wait for the project to run the jobs.
     pub finish_wait: Duration,
+    /// How much faster than real time the project's clock runs (the
+    /// simulated one: 100): batch expiry and leases are stretched by it,
+    /// or batches expire, and lose their outputs, mid-run.
+    pub time_scale: f64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
@@ -109,7 +113,8 @@ pub fn run(spec: &RunSpec) -> Result<RunReport, String> {
     std::fs::write(
         &config,
         format!(
-            "[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 0.5\n",
+            "initial_expire_secs = {}\n[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 0.5\n",
+            (3600.0 * spec.time_scale).ceil(),
             proxy.lane_url(LANES[1]),
             spec.auth_file.display()
         ),
@@ -285,7 +290,7 @@ impl Run<'_> {
                 }
             }
             if self.rng.gen_bool(0.3) {
-                let lease_time = (now_secs() + 86_400.0).floor();
+                let lease_time = (now_secs() + 86_400.0 * self.spec.time_scale).floor();
                 let batch = plans[p].req.batch_name.clone();
                 let r = self.call(AsyncCommand::SetLease { batch: batch.clone(), lease_time })?;
                 if r.first().map(String::as_str) == Some("NULL") {

@@ -283,6 +283,11 @@ impl RpcClient {
         // Only a real file carries Content-Disposition; errors are 200 + text.
         if !res.headers().contains_key(header::CONTENT_DISPOSITION) {
             let body = res.body().limit(4096).await.unwrap_or_default();
+            // A PHP fatal page (a lost database connection) may pass: tried
+            // again as for an RPC; the download is idempotent.
+            if let Some(ReplyError::PhpFatal { message }) = reply::php_fatal(&body) {
+                return Err(Attempt::Failed(RpcError::ServerFatal { message, duplicate_entry: false }));
+            }
             return Err(Attempt::Failed(RpcError::Boinc { num: -1, msg: reply::download_error(&body) }));
         }
         // awc ends the body stream quietly when the connection drops early,

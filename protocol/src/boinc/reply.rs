@@ -520,7 +520,7 @@ fn error_msg(raw: &[u8]) -> String {
 /// A PHP fatal error page (`<b>Fatal error</b>: ...`, or the plain-text
 /// form without HTML errors): its text without tags and stack trace,
 /// whitespace collapsed.
-fn php_fatal(body: &[u8]) -> Option<ReplyError> {
+pub fn php_fatal(body: &[u8]) -> Option<ReplyError> {
     let start = [&b"<b>Fatal error</b>:"[..], b"\nPHP Fatal error:", b"\nFatal error:"]
         .iter()
         .filter_map(|marker| find(body, marker, 0).map(|at| at + marker.len()))
