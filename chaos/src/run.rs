@@ -260,9 +260,9 @@ impl Run<'_> {
                 self.kill_and_restart("mid-submit")?;
                 // The same requests again.
                 sent.clear();
-                for p in first..plans.len() {
-                    self.switch_lane(plans[p].lane)?;
-                    sent.push(self.send(AsyncCommand::Submit(plans[p].req.clone()))?);
+                for p in &plans[first..] {
+                    self.switch_lane(p.lane)?;
+                    sent.push(self.send(AsyncCommand::Submit(p.req.clone()))?);
                 }
             }
             for (k, id) in sent.into_iter().enumerate() {
@@ -275,12 +275,12 @@ impl Run<'_> {
 
         // Aborts of a job now and then, leases on some batches.
         let mut aborted = BTreeSet::new();
-        for p in 0..plans.len() {
-            if !plans[p].ok {
+        for p in &plans {
+            if !p.ok {
                 continue;
             }
             if self.rng.gen_bool(0.15) {
-                let job = plans[p].req.jobs[self.rng.gen_range(0..plans[p].req.jobs.len())].name.clone();
+                let job = p.req.jobs[self.rng.gen_range(0..p.req.jobs.len())].name.clone();
                 let r = self.call(AsyncCommand::AbortJobs { jobs: vec![job.clone()] })?;
                 if r.first().map(String::as_str) == Some("NULL") {
                     aborted.insert(job);
@@ -291,7 +291,7 @@ impl Run<'_> {
             }
             if self.rng.gen_bool(0.3) {
                 let lease_time = (now_secs() + 86_400.0 * self.spec.time_scale).floor();
-                let batch = plans[p].req.batch_name.clone();
+                let batch = p.req.batch_name.clone();
                 let r = self.call(AsyncCommand::SetLease { batch: batch.clone(), lease_time })?;
                 if r.first().map(String::as_str) == Some("NULL") {
                     self.report.leases += 1;
