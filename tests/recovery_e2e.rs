@@ -317,3 +317,31 @@ fn a_php_fatal_page_instead_of_an_output_file_is_tried_again() {
     assert_eq!(std::fs::read_to_string(dir.path().join("out")).unwrap(), "INPUT 0 OF FATALDL\n");
     assert_eq!(sim.calls("get_output.php:workunit_file"), 2);
 }
+
+#[test]
+fn transient_failures_do_not_use_up_the_tries_of_a_fatal_page() {
+    // A PHP fatal page, a 503, a second fatal page, then the file: the 503
+    // must not use up a fatal page's tries. (Seed 5 makes both "malformed"
+    // replies the PHP fatal page.)
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "mixeddl", 1);
+    wait_finished(&mut g, "mixeddl");
+    let e = "get_output.php:workunit_file";
+    sim.set_faults(json!({"seed": 5, "script": [
+        {"endpoint": e, "nth": 1, "kind": "malformed"},
+        {"endpoint": e, "nth": 2, "kind": "http503"},
+        {"endpoint": e, "nth": 3, "kind": "malformed"},
+    ]}));
+    let fetch = FetchOutput {
+        job_name: "mixeddl#0.0".into(),
+        dir: dir.path().into(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    assert_eq!(sim.calls(e), 4);
+}

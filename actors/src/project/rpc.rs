@@ -246,6 +246,9 @@ impl RpcClient {
     {
         let started = Instant::now();
         let mut attempts = 0;
+        // Fatal pages are counted apart: transient failures before them
+        // must not use up their few tries.
+        let mut fatals = 0;
         loop {
             attempts += 1;
             let Some(timeout) = self.per_attempt_timeout(deadline) else {
@@ -254,8 +257,9 @@ impl RpcClient {
             match attempt(timeout).await {
                 Ok(v) => return Ok(v),
                 Err(Attempt::Failed(e @ RpcError::ServerFatal { duplicate_entry: false, .. }))
-                    if retry == Retry::Idempotent && attempts < FATAL_ATTEMPTS =>
+                    if retry == Retry::Idempotent && fatals + 1 < FATAL_ATTEMPTS =>
                 {
+                    fatals += 1;
                     tracing::info!(project = %self.key.url, what, attempts, "server script died: {e}");
                     if !backoff(&self.config, attempts, deadline).await {
                         return Err(e);
