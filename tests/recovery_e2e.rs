@@ -243,3 +243,105 @@ fn a_daemon_killed_mid_submit_is_finished_by_the_next_one() {
     assert_eq!(sim.jobs_of(batches[0]["id"].as_i64().unwrap()).len(), 3);
     assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1);
 }
+
+#[test]
+fn a_torn_no_such_batch_reply_is_retried_not_reported() {
+    // The look-up before create_batch answers "no such batch"; cut in
+    // transit it read as a BOINC error with an empty message, and the
+    // submit failed with "error creating batch: -1 ". Several cuts at
+    // seeded points: each is a transient failure, retried.
+    let sim = Sim::start();
+    let cuts: Vec<(&str, u64, &str)> = (1..=6).map(|n| ("submit_rpc_handler.php:query_batch", n, "truncate")).collect();
+    sim.set_faults(script(&cuts));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "tornlookup", 2);
+    assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1);
+    assert!(sim.calls("submit_rpc_handler.php:query_batch") >= 7, "every torn look-up was asked again");
+}
+
+#[test]
+fn a_fetch_onto_a_full_filesystem_fails_and_leaves_nothing() {
+    // A tiny tmpfs, filled: needs root (CI runs as root); said and skipped
+    // otherwise.
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "fullfs", 1);
+    wait_finished(&mut g, "fullfs");
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    let mounted = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=8k", "gahp-test-fullfs"]).arg(&full).status();
+    if !mounted.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    }
+    // Fill it to the last byte: the write that does not fit fails.
+    let mut filler = std::fs::File::create(full.join("filler")).unwrap();
+    while std::io::Write::write_all(&mut filler, &[b'x'; 1024]).is_ok() {}
+    drop(filler);
+    let fetch = FetchOutput {
+        job_name: "fullfs#0.0".into(),
+        dir: full.clone(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    let left: Vec<String> = std::fs::read_dir(&full).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let _ = std::process::Command::new("umount").arg(&full).status();
+    assert!(r[0].contains("No space left"), "a fetch onto a full disk is an error: {r:?}");
+    assert_eq!(left, ["filler"], "no partial file");
+}
+
+#[test]
+fn a_php_fatal_page_instead_of_an_output_file_is_tried_again() {
+    // get_output.php dies on a lost database connection now and then; the
+    // download is idempotent, so it is retried like any RPC's fatal page.
+    // (Seed 3 makes the sim's "malformed" reply the PHP fatal page.)
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "fataldl", 1);
+    wait_finished(&mut g, "fataldl");
+    sim.set_faults(json!({"seed": 3, "script": [{"endpoint": "get_output.php:workunit_file", "nth": 1, "kind": "malformed"}]}));
+    let fetch = FetchOutput {
+        job_name: "fataldl#0.0".into(),
+        dir: dir.path().into(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("out")).unwrap(), "INPUT 0 OF FATALDL\n");
+    assert_eq!(sim.calls("get_output.php:workunit_file"), 2);
+}
+
+#[test]
+fn transient_failures_do_not_use_up_the_tries_of_a_fatal_page() {
+    // A PHP fatal page, a 503, a second fatal page, then the file: the 503
+    // must not use up a fatal page's tries. (Seed 5 makes both "malformed"
+    // replies the PHP fatal page.)
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "mixeddl", 1);
+    wait_finished(&mut g, "mixeddl");
+    let e = "get_output.php:workunit_file";
+    sim.set_faults(json!({"seed": 5, "script": [
+        {"endpoint": e, "nth": 1, "kind": "malformed"},
+        {"endpoint": e, "nth": 2, "kind": "http503"},
+        {"endpoint": e, "nth": 3, "kind": "malformed"},
+    ]}));
+    let fetch = FetchOutput {
+        job_name: "mixeddl#0.0".into(),
+        dir: dir.path().into(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    assert_eq!(sim.calls(e), 4);
+}

@@ -9,6 +9,7 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
@@ -31,6 +32,8 @@ pub struct GahpClient {
     /// `R` lines seen.
     pub notifications: usize,
     next_id: u32,
+    /// Until when the stdout reader stops reading (a stalled gridmanager).
+    stalled_until: Arc<Mutex<Option<Instant>>>,
 }
 
 fn bad(msg: impl Into<String>) -> io::Error {
@@ -49,11 +52,18 @@ impl GahpClient {
         let stdin = child.stdin.take().ok_or_else(|| bad("no stdin"))?;
         let mut stdout = child.stdout.take().ok_or_else(|| bad("no stdout"))?;
         let (tx, lines) = mpsc::channel();
+        let stalled_until = Arc::new(Mutex::new(None::<Instant>));
+        let stall = stalled_until.clone();
         std::thread::spawn(move || {
             let mut framer = LineFramer::new(usize::MAX);
             let mut buf = BytesMut::new();
             let mut chunk = vec![0u8; 64 * 1024];
             loop {
+                let until = *stall.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(left) = until.and_then(|u| u.checked_duration_since(Instant::now())) {
+                    std::thread::sleep(left.min(Duration::from_millis(50)));
+                    continue;
+                }
                 match stdout.read(&mut chunk) {
                     Ok(0) | Err(_) => {
                         while let Some(Frame::Line(l)) = framer.finish(&mut buf) {
@@ -83,6 +93,7 @@ impl GahpClient {
             stash: HashMap::new(),
             notifications: 0,
             next_id: 1,
+            stalled_until,
         };
         let banner = client.read_line()?;
         client.banner = String::from_utf8_lossy(&banner).into_owned();
@@ -127,6 +138,37 @@ impl GahpClient {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Stops reading the daemon's stdout for `d` (its writes block once the
+    /// pipe is full), as a gridmanager busy elsewhere does.
+    pub fn stall_reader(&self, d: Duration) {
+        *self.stalled_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now() + d);
+    }
+
+    /// Closes stdin without waiting: the daemon sees EOF.
+    pub fn close_stdin(&mut self) {
+        drop(self.stdin.take());
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> io::Result<Option<std::process::ExitStatus>> {
+        let until = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(Some(status));
+            }
+            if Instant::now() > until {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Request ids go on from `next` (the gridmanager's ids keep growing
+    /// across a restart of the daemon).
+    pub fn set_next_reqid(&mut self, next: u32) {
+        self.next_id = next.max(self.next_id);
     }
 
     pub fn try_wait(&mut self) -> io::Result<Option<std::process::ExitStatus>> {

@@ -254,6 +254,9 @@ impl RpcClient {
     {
         let started = Instant::now();
         let mut attempts = 0;
+        // Fatal pages are counted apart: transient failures before them
+        // must not use up their few tries.
+        let mut fatals = 0;
         loop {
             attempts += 1;
             let Some(timeout) = self.per_attempt_timeout(deadline) else {
@@ -262,8 +265,9 @@ impl RpcClient {
             match attempt(timeout).await {
                 Ok(v) => return Ok(v),
                 Err(Attempt::Failed(e @ RpcError::ServerFatal { duplicate_entry: false, .. }))
-                    if retry == Retry::Idempotent && attempts < FATAL_ATTEMPTS =>
+                    if retry == Retry::Idempotent && fatals + 1 < FATAL_ATTEMPTS =>
                 {
+                    fatals += 1;
                     tracing::info!(project = %self.key.url, what, attempts, "server script died: {e}");
                     if !backoff(&self.config, attempts, deadline).await {
                         return Err(e);
@@ -291,6 +295,11 @@ impl RpcClient {
         // Only a real file carries Content-Disposition; errors are 200 + text.
         if !res.headers().contains_key(header::CONTENT_DISPOSITION) {
             let body = res.body().limit(4096).await.unwrap_or_default();
+            // A PHP fatal page (a lost database connection) may pass: tried
+            // again as for an RPC; the download is idempotent.
+            if let Some(ReplyError::PhpFatal { message }) = reply::php_fatal(&body) {
+                return Err(Attempt::Failed(RpcError::ServerFatal { message, duplicate_entry: false }));
+            }
             return Err(Attempt::Failed(RpcError::Boinc { num: -1, msg: reply::download_error(&body) }));
         }
         // awc ends the body stream quietly when the connection drops early,
@@ -325,7 +334,11 @@ impl RpcClient {
         if let Some(expected) = expected.filter(|n| *n != total) {
             return Err(Attempt::Transient(format!("download cut short: {total} of {expected} bytes")));
         }
-        file.sync_all().await.map_err(|e| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display()))))?;
+        // tokio writes in the background: the error of the last write (a
+        // full disk) comes out of flush, which sync_all does not report.
+        let cant_write = |e: std::io::Error| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display())));
+        file.flush().await.map_err(cant_write)?;
+        file.sync_all().await.map_err(cant_write)?;
         Ok(total)
     }
 
@@ -395,7 +408,7 @@ fn multipart(xml: &str, files: &[Attachment]) -> (String, Bytes) {
 }
 
 /// Web roots plus the CA files HTCondor passes in GAHP_SSL_CAFILE/CADIR.
-fn tls_config(ca_files: &[PathBuf]) -> Result<rustls::ClientConfig, String> {
+pub fn tls_config(ca_files: &[PathBuf]) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
     for path in ca_files {

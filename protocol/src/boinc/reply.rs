@@ -464,6 +464,7 @@ fn boinc_error(body: &[u8]) -> Option<ReplyError> {
 /// whose content starts at `from`, and where scanning should go on.
 fn read_error(body: &[u8], from: usize) -> (i64, String, usize) {
     let (mut num, mut msg) = (0, String::new());
+    let mut msg_closed = false;
     let mut i = from;
     // One pass over the `<`s: linear however hostile the body.
     while let Some(lt) = body[i..].iter().position(|&b| b == b'<') {
@@ -488,10 +489,17 @@ fn read_error(body: &[u8], from: usize) -> (i64, String, usize) {
         if let Some(text) = rest.strip_prefix(b"<error_msg>") {
             let len = find(text, b"</error_msg>", 0).unwrap_or(text.len());
             msg = error_msg(&text[..len]);
+            msg_closed = len < text.len();
             i = at + b"<error_msg>".len() + len;
             continue;
         }
         i = at + 1;
+    }
+    // The body ends inside this error before its message did: a reply cut
+    // in transit, not the server's verdict (its message would be lost, and
+    // "no such batch" cut to "no su" reads as a different error).
+    if !msg_closed {
+        num = 0;
     }
     (num, msg, body.len())
 }
@@ -512,7 +520,7 @@ fn error_msg(raw: &[u8]) -> String {
 /// A PHP fatal error page (`<b>Fatal error</b>: ...`, or the plain-text
 /// form without HTML errors): its text without tags and stack trace,
 /// whitespace collapsed.
-fn php_fatal(body: &[u8]) -> Option<ReplyError> {
+pub fn php_fatal(body: &[u8]) -> Option<ReplyError> {
     let start = [&b"<b>Fatal error</b>:"[..], b"\nPHP Fatal error:", b"\nFatal error:"]
         .iter()
         .filter_map(|marker| find(body, marker, 0).map(|at| at + marker.len()))
@@ -671,5 +679,18 @@ mod tests {
         assert_eq!(download_error(b"\x00\x01PK"), "unexpected reply of 4 bytes");
         assert_eq!(download_error(b"<html><h1>Not Found</h1></html>"), "unexpected reply: Not Found");
         assert!(download_error(&[b'a'; 10_000]).len() <= MAX_DOWNLOAD_MSG);
+    }
+
+    #[test]
+    fn an_error_reply_cut_in_transit_is_malformed_not_a_boinc_error() {
+        let full = b"<?xml version=\"1.0\" encoding=\"ISO-8859-1\" ?>\n<error>\n    <error_num>-1</error_num>\n    <error_msg>no such batch</error_msg>\n</error>\n";
+        assert_eq!(parse_query_batch(full), Err(ReplyError::Boinc { num: -1, msg: "no such batch".into() }));
+        for cut in [60, 70, 80, 90] {
+            let e = parse_query_batch(&full[..cut]).unwrap_err();
+            assert!(matches!(e, ReplyError::Malformed(_)), "cut at {cut}: {e:?}");
+        }
+        // Cut after the message: the verdict is whole.
+        let after = full.len() - "</error>\n".len();
+        assert_eq!(parse_query_batch(&full[..after]), Err(ReplyError::Boinc { num: -1, msg: "no such batch".into() }));
     }
 }

@@ -1,0 +1,48 @@
+//! The built `gahp-chaos --sim` for one seed with a few small batches: the
+//! real daemon through the fault proxy against boinc-sim on loopback.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn sibling(name: &str) -> PathBuf {
+    let chaos = PathBuf::from(env!("CARGO_BIN_EXE_gahp-chaos"));
+    let p = chaos.parent().expect("a target directory").join(name);
+    assert!(p.exists(), "{} is not built: run `cargo build --release --bins` (or the whole workspace's tests)", p.display());
+    p
+}
+
+#[test]
+fn one_seed_against_the_simulated_project_passes_and_writes_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_gahp-chaos"))
+        .args(["--sim", "--seed", "5", "--runs", "1", "--batches", "4", "--profile", "default", "--finish-wait", "120"])
+        .arg("--gahp")
+        .arg(sibling("boinc_gahp"))
+        .arg("--sim-exe")
+        .arg(sibling("boinc-sim"))
+        .arg("--work-dir")
+        .arg(dir.path().join("runs"))
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "gahp-chaos failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("summary: 1 runs, 4 batches"), "{stdout}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(json["violations"], 0);
+    let run = &json["runs"][0];
+    assert_eq!(run["seed"], 5);
+    assert!(run["rpcs"].as_u64().unwrap() > 10, "{run}");
+    assert_eq!(run["kills"].as_array().unwrap().len(), 1, "one kill -9 per run: {run}");
+    // Every decision of the proxy is on record for a replay.
+    let decisions = std::fs::read_to_string(dir.path().join("runs/seed-5/decisions.jsonl")).unwrap();
+    assert_eq!(decisions.lines().count() as u64, run["rpcs"].as_u64().unwrap());
+}
+
+#[test]
+fn a_missing_project_is_an_error_not_a_pass() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gahp-chaos")).args(["--seed", "1"]).output().unwrap();
+    assert!(!out.status.success());
+}
