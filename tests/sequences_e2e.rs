@@ -165,6 +165,11 @@ fn extend_end_marker_end_command_and_abort() {
     assert!(r[0].contains("finished"), "{r:?}");
     let r = seq(&mut g, SequenceCommand::Query { name: "nope".into() });
     assert!(r[0].contains("no sequence named nope"), "{r:?}");
+    // A name BOINC's create_work would split is refused before anything is made.
+    let r = create(&mut g, dir.path(), "md run", 2, 600, 3, &[]);
+    assert!(r[0].contains("can't name BOINC jobs") && r[0].contains("white space"), "{r:?}");
+    let r = seq(&mut g, SequenceCommand::Query { name: "md run".into() });
+    assert!(r[0].contains("no sequence named"), "{r:?}");
 }
 
 #[test]

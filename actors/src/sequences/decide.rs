@@ -118,6 +118,24 @@ pub fn job_name(sequence: &str, step: u32, attempt: u32) -> String {
     format!("{sequence}#{step}#{attempt}")
 }
 
+/// Why `name` cannot name a sequence, if it cannot: it becomes part of
+/// every step's BOINC job and batch name, which the server passes to
+/// `create_work` on one whitespace-split line and uses in file names, and
+/// `#` separates the step and attempt in those names.
+pub fn bad_name(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("it is empty")
+    } else if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Some("it holds white space or a control character")
+    } else if name.contains(['/', '\\']) {
+        Some("it holds a slash or a backslash")
+    } else if name.contains(['#', '\'', '"']) {
+        Some("it holds '#' or a quote")
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,5 +200,15 @@ mod tests {
         assert_eq!(ServerState::from_status("IN_PROGRESS"), ServerState::InProgress);
         assert_eq!(ServerState::from_status("weird"), ServerState::Unknown);
         assert_eq!(job_name("md-7", 12, 2), "md-7#12#2");
+    }
+
+    #[test]
+    fn names_a_boinc_job_name_cannot_carry_are_refused() {
+        for ok in ["run7", "md-run.7_a", "na\u{ef}ve"] {
+            assert_eq!(bad_name(ok), None, "{ok}");
+        }
+        for bad in ["", "md run", "tab\there", "a/b", "a\\b", "a#b", "it's", "say\"hi\"", "nl\n"] {
+            assert!(bad_name(bad).is_some(), "{bad:?}");
+        }
     }
 }

@@ -610,6 +610,9 @@ impl Handler<CreateSequence> for SequenceRelocator {
         let CreateSequence { def, steps, state_files } = msg;
         let store = self.store.clone();
         let work = async move {
+            if let Some(why) = decide::bad_name(&def.name) {
+                return Err(SequenceError::Invalid(format!("the name {:?} can't name BOINC jobs: {why}", def.name)));
+            }
             if steps == 0 || def.max_step_time == 0 || def.max_attempts == 0 {
                 return Err(SequenceError::Invalid("steps, max step time and max attempts must be at least 1".into()));
             }
