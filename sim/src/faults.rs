@@ -242,6 +242,10 @@ pub enum FaultKind {
     Truncate,
     Malformed,
     LoseReply,
+    /// HTTP 200 with the PHP fatal page of a lost database connection after
+    /// what the script had printed (scripted only: `malformed` draws it at
+    /// random among other garbage).
+    PhpFatal,
 }
 
 impl FaultKind {
@@ -255,13 +259,14 @@ impl FaultKind {
             FaultKind::Truncate => "truncate",
             FaultKind::Malformed => "malformed",
             FaultKind::LoseReply => "lose_reply",
+            FaultKind::PhpFatal => "php_fatal",
         }
     }
 
     /// Whether the request is still acted on by the handler (the fault
     /// only spoils the reply).
     pub fn acts(self) -> bool {
-        matches!(self, FaultKind::Truncate | FaultKind::Malformed | FaultKind::LoseReply)
+        matches!(self, FaultKind::Truncate | FaultKind::Malformed | FaultKind::LoseReply | FaultKind::PhpFatal)
     }
 }
 
@@ -497,7 +502,7 @@ impl Fault {
                 tokio::time::sleep(self.hang).await;
                 Some(connection_dies())
             }
-            FaultKind::Truncate | FaultKind::Malformed | FaultKind::LoseReply => None,
+            FaultKind::Truncate | FaultKind::Malformed | FaultKind::LoseReply | FaultKind::PhpFatal => None,
         }
     }
 
@@ -529,27 +534,14 @@ impl Fault {
                 }
             }
             Some(FaultKind::Malformed) => self.malformed(content_type, &body),
+            Some(FaultKind::PhpFatal) => fatal_page(content_type, &body),
             _ => build(status, content_type, body, extra_headers),
         }
     }
 
     fn malformed(&self, content_type: &str, body: &Bytes) -> HttpResponse {
         match self.cut % 3 {
-            0 => {
-                // A PHP fatal error after whatever the script had printed:
-                // for an XML reply, its declaration and root element line.
-                let mut out = Vec::new();
-                if body.starts_with(b"<?xml") {
-                    let mut lines = body.split_inclusive(|b| *b == b'\n');
-                    for _ in 0..2 {
-                        if let Some(l) = lines.next() {
-                            out.extend_from_slice(l);
-                        }
-                    }
-                }
-                out.extend_from_slice(PHP_FATAL.as_bytes());
-                build(StatusCode::OK, content_type, Bytes::from(out), &[])
-            }
+            0 => fatal_page(content_type, body),
             1 => build(StatusCode::OK, "text/html", Bytes::from_static(PROXY_PAGE.as_bytes()), &[]),
             _ => {
                 let mut rng = StdRng::seed_from_u64(self.cut);
@@ -561,6 +553,22 @@ impl Fault {
             }
         }
     }
+}
+
+/// A PHP fatal error after whatever the script had printed: for an XML
+/// reply, its declaration and root element line.
+fn fatal_page(content_type: &str, body: &Bytes) -> HttpResponse {
+    let mut out = Vec::new();
+    if body.starts_with(b"<?xml") {
+        let mut lines = body.split_inclusive(|b| *b == b'\n');
+        for _ in 0..2 {
+            if let Some(l) = lines.next() {
+                out.extend_from_slice(l);
+            }
+        }
+    }
+    out.extend_from_slice(PHP_FATAL.as_bytes());
+    build(StatusCode::OK, content_type, Bytes::from(out), &[])
 }
 
 /// Headers with the full Content-Length, the first `cut` bytes, then a

@@ -68,6 +68,11 @@ impl RpcError {
     fn from_reply(e: ReplyError) -> Attempt {
         match e {
             ReplyError::Boinc { num, msg } => Attempt::Failed(RpcError::Boinc { num, msg }),
+            // Retried like a torn reply: it may pass, and its outcome is
+            // unknown (the script may have acted before it died).
+            ReplyError::PhpFatal { ref message } if e.is_database_unavailable() => {
+                Attempt::Transient(format!("the server script lost its database: {message}"))
+            }
             ReplyError::PhpFatal { .. } => {
                 let duplicate_entry = e.is_duplicate_entry();
                 let ReplyError::PhpFatal { message } = e else { unreachable!() };
@@ -297,8 +302,8 @@ impl RpcClient {
             let body = res.body().limit(4096).await.unwrap_or_default();
             // A PHP fatal page (a lost database connection) may pass: tried
             // again as for an RPC; the download is idempotent.
-            if let Some(ReplyError::PhpFatal { message }) = reply::php_fatal(&body) {
-                return Err(Attempt::Failed(RpcError::ServerFatal { message, duplicate_entry: false }));
+            if let Some(fatal) = reply::php_fatal(&body) {
+                return Err(RpcError::from_reply(fatal));
             }
             return Err(Attempt::Failed(RpcError::Boinc { num: -1, msg: reply::download_error(&body) }));
         }

@@ -54,6 +54,22 @@ impl ReplyError {
     pub fn is_duplicate_entry(&self) -> bool {
         matches!(self, ReplyError::PhpFatal { message } if message.contains("Duplicate entry"))
     }
+
+    /// A PHP fatal error that says the database connection failed: the
+    /// next call may well pass (unlike a server bug such as an SQL syntax
+    /// error, which hits every time).
+    pub fn is_database_unavailable(&self) -> bool {
+        const PASSING: [&str; 7] = [
+            "Lost connection to MySQL server",
+            "MySQL server has gone away",
+            "Too many connections",
+            "Deadlock found",
+            "Lock wait timeout exceeded",
+            "Connection refused",
+            "Connection timed out",
+        ];
+        matches!(self, ReplyError::PhpFatal { message } if PASSING.iter().any(|p| message.contains(p)))
+    }
 }
 
 /// Input and output logical names of an app, in template order.
