@@ -1,23 +1,82 @@
 //! Files that land whole or not at all: written under a temporary name
 //! beside their destination (same directory, so the rename cannot cross
 //! file systems), synced, then renamed over it. A temporary file that is
-//! not persisted is removed when dropped, on every error path.
+//! not persisted is removed when dropped, on every error path; one left by
+//! a process that was killed is removed by the next daemon that writes in
+//! that directory (see [`sweep_abandoned`]).
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::SystemTime;
 
 use tempfile::NamedTempFile;
 
+/// Random characters tempfile puts in a name (its default).
+const RANDOM_LEN: usize = 6;
+const SUFFIX: &str = ".part";
+
 /// A new temporary file in `dest`'s directory, named `.<name>.<random>.part`
-/// so that a person looking at the directory sees what it will become.
+/// so that a person looking at the directory sees what it will become. It
+/// is locked while this process has it open: that is how a later daemon
+/// tells a live writer's file from one a killed daemon left behind.
 pub fn temp_beside(dest: &Path) -> io::Result<NamedTempFile> {
     let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let dir = match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".part").tempfile_in(dir)
+    sweep_once(dir);
+    let tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(SUFFIX).rand_bytes(RANDOM_LEN).tempfile_in(dir)?;
+    // Where locks are not supported nothing is swept either: no harm.
+    let _ = tmp.as_file().try_lock();
+    Ok(tmp)
+}
+
+/// Sweeps each directory once per process, on the first write there: what
+/// a killed predecessor left is older than this process's first write.
+fn sweep_once(dir: &Path) {
+    static SINCE: OnceLock<SystemTime> = OnceLock::new();
+    static SWEPT: OnceLock<Mutex<HashSet<PathBuf>>> = OnceLock::new();
+    let since = *SINCE.get_or_init(SystemTime::now);
+    let first = SWEPT.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner()).insert(dir.to_path_buf());
+    if first {
+        sweep_abandoned(dir, since);
+    }
+}
+
+/// Removes the temporary files in `dir` (named as [`temp_beside`] names
+/// them) that were last written before `since` and that no process holds
+/// locked: their writer died before it could rename or remove them.
+pub fn sweep_abandoned(dir: &Path, since: SystemTime) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(is_temp_name) {
+            continue;
+        }
+        let stale = entry.metadata().ok().and_then(|m| m.modified().ok()).is_some_and(|t| t < since);
+        if !stale {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(file) = File::open(&path) else { continue };
+        if file.try_lock().is_ok() && std::fs::remove_file(&path).is_ok() {
+            tracing::info!(file = %path.display(), "removed a temporary file an earlier daemon left");
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// `.<name>.<random>.part`, as [`temp_beside`] makes them.
+fn is_temp_name(n: &str) -> bool {
+    let Some(stem) = n.strip_suffix(SUFFIX) else { return false };
+    let Some((head, random)) = stem.rsplit_once('.') else { return false };
+    head.len() > 1 && head.starts_with('.') && random.len() == RANDOM_LEN && random.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// Syncs `tmp` and renames it to `dest`.
@@ -55,5 +114,38 @@ mod tests {
         assert_eq!(std::fs::read(&dest).unwrap(), b"new");
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out.txt")], "no temporary file is left");
+    }
+
+    #[test]
+    fn temp_names_are_recognised_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = temp_beside(&dir.path().join("out.txt")).unwrap();
+        let name = tmp.path().file_name().unwrap().to_str().unwrap().to_string();
+        assert!(is_temp_name(&name), "{name}");
+        for other in ["out.txt", ".out.txt.part", "out.txt.abcdef.part", ".out.txt.abc-ef.part", "..abcdef.part", ".x.abcdefg.part"] {
+            assert!(!is_temp_name(other), "{other}");
+        }
+    }
+
+    #[test]
+    fn an_abandoned_temp_file_is_swept_and_a_live_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        // A live writer's file, locked as temp_beside locks it (made first:
+        // temp_beside's own sweep would take the next one).
+        let live = temp_beside(&dir.path().join("other")).unwrap();
+        // A killed writer's file: nobody holds it.
+        let dead = dir.path().join(".out.Ab12Cd.part");
+        std::fs::write(&dead, b"half").unwrap();
+        // A user's file that merely looks alike in part.
+        std::fs::write(dir.path().join("notes.part"), b"mine").unwrap();
+        let later = SystemTime::now() + std::time::Duration::from_secs(5);
+        assert_eq!(sweep_abandoned(dir.path(), later), 1);
+        assert!(!dead.exists());
+        assert!(live.path().exists(), "a file a live writer holds is kept");
+        assert!(dir.path().join("notes.part").exists());
+        // Files written after `since` are kept even when unlocked.
+        std::fs::write(&dead, b"half").unwrap();
+        assert_eq!(sweep_abandoned(dir.path(), SystemTime::UNIX_EPOCH), 0);
+        assert!(dead.exists());
     }
 }
