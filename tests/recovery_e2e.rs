@@ -345,3 +345,96 @@ fn transient_failures_do_not_use_up_the_tries_of_a_fatal_page() {
     assert_eq!(r[0], "NULL", "{r:?}");
     assert_eq!(sim.calls(e), 4);
 }
+
+#[test]
+fn a_lost_database_on_query_completed_job_is_waited_out_not_read_as_no_finished_instance() {
+    // The script dies on a lost database connection more often than a
+    // server bug's few tries allow: for a finished job that passes, so it
+    // is retried like a torn reply until the file comes.
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "lostdb", 1);
+    wait_finished(&mut g, "lostdb");
+    let e = "submit_rpc_handler.php:query_completed_job";
+    let script: Vec<_> = (1..=5).map(|nth| json!({"endpoint": e, "nth": nth, "kind": "php_fatal"})).collect();
+    sim.set_faults(json!({"seed": 1, "script": script}));
+    let fetch = FetchOutput {
+        job_name: "lostdb#0.0".into(),
+        dir: dir.path().into(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("out")).unwrap(), "INPUT 0 OF LOSTDB\n");
+    assert_eq!(sim.calls(e), 6);
+}
+
+#[test]
+fn a_create_batch_still_in_flight_when_the_daemon_dies_makes_no_second_batch() {
+    // The killed daemon's create_batch reaches the server after the next
+    // daemon has looked the name up and found nothing. The next daemon
+    // knows (from the state database) that a create went out and waits for
+    // it to settle instead of creating a second batch of the name.
+    let sim = Sim::start();
+    sim.set_faults(json!({"seed": 1, "rules": {"submit_rpc_handler.php:create_batch": {"delay": 1.0, "delay_ms": 2000}}}));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "create_settle_secs = 6\n").unwrap();
+    let start = |dir: &std::path::Path| {
+        let mut g = gahp_with(dir, &["--config", config.to_str().unwrap()], &[]);
+        g.command_line(b"ASYNC_MODE_ON").unwrap();
+        assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
+        g
+    };
+    let files = inputs(dir.path(), 3, "inflight");
+    let batch = uppercase_batch("inflight", &files);
+    let mut g = start(dir.path());
+    g.submit_async(&async_cmd(2, AsyncCommand::Submit(batch.clone()))).unwrap();
+    let until = std::time::Instant::now() + WAIT;
+    while sim.calls("submit_rpc_handler.php:create_batch") == 0 {
+        assert!(std::time::Instant::now() < until, "create_batch never sent");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    g.kill();
+    sim.set_faults(json!({}));
+    let mut g = start(dir.path());
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap(), ["NULL"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    let batches = sim.batches_named("inflight");
+    assert_eq!(batches.len(), 1, "{batches:?}");
+    assert_eq!(sim.jobs_of(batches[0]["id"].as_i64().unwrap()).len(), 3);
+    assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1, "the dead daemon's batch was found and filled");
+    assert!(log_text(dir.path()).contains("an earlier create_batch may still land"));
+}
+
+#[test]
+fn a_partial_file_a_killed_daemon_left_is_removed_by_the_next_fetch_there() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // What a daemon killed mid-download leaves: its temporary file, named
+    // as the daemon names them, and a user's file that only looks alike.
+    let left = out.join(".out.Xy12Zq.part");
+    std::fs::write(&left, b"half a fi").unwrap();
+    std::fs::write(out.join("mine.part"), b"keep").unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    submit_ok(&sim, &mut g, dir.path(), "swept", 1);
+    wait_finished(&mut g, "swept");
+    let fetch = FetchOutput {
+        job_name: "swept#0.0".into(),
+        dir: out.clone(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::All,
+        specs: vec![],
+    };
+    let r = g.call(|id| async_cmd(id, AsyncCommand::FetchOutput(fetch)), WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    assert!(!left.exists(), "the abandoned temporary file is gone");
+    let mut names: Vec<String> = std::fs::read_dir(&out).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["mine.part", "out"]);
+}

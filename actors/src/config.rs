@@ -57,6 +57,12 @@ pub struct DaemonConfig {
     /// create_batch's first expiry, before the gridmanager's first lease.
     #[serde(rename = "initial_expire_secs", with = "secs")]
     pub initial_expire: Duration,
+    /// How long a create_batch request may take to reach the server's
+    /// script: one sent less than this ago, whose outcome is unknown (a lost
+    /// reply, or a daemon killed while it was in flight), may still land,
+    /// so a batch of that name is not created again until it has passed.
+    #[serde(rename = "create_settle_secs", with = "secs")]
+    pub create_settle: Duration,
     /// Extra trust roots (PEM) besides the built-in web roots.
     pub ca_files: Vec<PathBuf>,
     /// Hashing threads.
@@ -150,6 +156,7 @@ impl Default for DaemonConfig {
             widen_min_mod_time: true,
             sequence_poll: Duration::from_secs(30),
             initial_expire: Duration::from_secs(3600),
+            create_settle: Duration::from_secs(10),
             ca_files: Vec::new(),
             hash_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             panic_on: None,

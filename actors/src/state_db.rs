@@ -68,6 +68,15 @@ const MIGRATIONS: &[&str] = &[
      );",
     // 4: work sequences: their records, dead branches and state files.
     crate::sequences::store::MIGRATION,
+    // 5: create_batch requests sent whose outcome is not known yet (the
+    // submit pipeline waits for one to settle before creating again).
+    "CREATE TABLE batch_creates (
+         project TEXT NOT NULL,
+         account TEXT NOT NULL,
+         batch TEXT NOT NULL,
+         sent_at REAL NOT NULL,
+         PRIMARY KEY (project, account, batch)
+     );",
 ];
 
 /// Brings the schema to the newest version, each step in a transaction of
@@ -119,6 +128,37 @@ impl StateDb {
         // A panic elsewhere while holding the lock leaves SQLite consistent.
         let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut conn)
+    }
+
+    /// When a create_batch of `batch` was sent whose outcome is not known.
+    pub fn create_sent_at(&self, project: &str, account: &str, batch: &str) -> rusqlite::Result<Option<f64>> {
+        self.with_conn(|c| {
+            c.query_row(
+                "SELECT sent_at FROM batch_creates WHERE project = ?1 AND account = ?2 AND batch = ?3",
+                params![project, account, batch],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+    }
+
+    /// Records, before it is sent, that a create_batch of `batch` goes out.
+    pub fn note_create_sent(&self, project: &str, account: &str, batch: &str, sent_at: f64) -> rusqlite::Result<()> {
+        self.with_conn(|c| {
+            c.execute(
+                "INSERT OR REPLACE INTO batch_creates (project, account, batch, sent_at) VALUES (?1, ?2, ?3, ?4)",
+                params![project, account, batch, sent_at],
+            )
+            .map(drop)
+        })
+    }
+
+    /// The outcome of `batch`'s create is known now.
+    pub fn forget_create(&self, project: &str, account: &str, batch: &str) -> rusqlite::Result<()> {
+        self.with_conn(|c| {
+            c.execute("DELETE FROM batch_creates WHERE project = ?1 AND account = ?2 AND batch = ?3", params![project, account, batch])
+                .map(drop)
+        })
     }
 
     /// The cached MD5 of a file, if the file is unchanged since it was hashed.

@@ -138,6 +138,10 @@ pub fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
 }
 
+/// The longest a `Delay` holds a request before forwarding it: the
+/// daemon's `create_settle_secs` must be longer (see run.rs).
+pub const MAX_DELAY_MS: u64 = 1600;
+
 /// The plan of one run.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
@@ -162,7 +166,7 @@ impl Plan {
             (m.lose_reply, Fault::LoseReply),
             (m.torn, Fault::Torn { keep_permille: (a % 1000) as u32 }),
             (m.trickle, Fault::Trickle { chunk: 16 + (a % 512) as usize, pause_ms: 5 + b % 20 }),
-            (m.delay, Fault::Delay { ms: 100 + a % 1500 }),
+            (m.delay, Fault::Delay { ms: 100 + a % (MAX_DELAY_MS - 100) }),
             (m.hang, Fault::Hang { ms: hang_ms }),
             (m.php_fatal, Fault::PhpFatal),
         ];

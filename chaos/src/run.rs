@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::daemon::{leftover_daemons, select, DaemonSpec};
 use crate::http1::Upstream;
 use crate::judge;
-use crate::plan::{Plan, Profile};
+use crate::plan::{Plan, Profile, MAX_DELAY_MS};
 use crate::proxy::{Proxy, LANES};
 use crate::truth::{Truth, BATCH_RETIRED};
 
@@ -113,8 +113,11 @@ pub fn run(spec: &RunSpec) -> Result<RunReport, String> {
     std::fs::write(
         &config,
         format!(
-            "initial_expire_secs = {}\n[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 0.5\n",
+            "initial_expire_secs = {}\ncreate_settle_secs = {}\n[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 0.5\n",
             (3600.0 * spec.time_scale).ceil(),
+            // A request the proxy delays reaches the server this much later
+            // at most, even after the daemon that sent it was killed.
+            (MAX_DELAY_MS + 1000) as f64 / 1000.0,
             proxy.lane_url(LANES[1]),
             spec.auth_file.display()
         ),

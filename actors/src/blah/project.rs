@@ -443,6 +443,7 @@ impl BlahProject {
         let templates = app.as_ref().and_then(|(app, _)| self.templates(app));
         let deadline = Instant::now() + cfg.submit_timeout;
         let (key, config, stager) = (self.key.clone(), self.pipeline_config.clone(), self.stager.clone());
+        let db = self.store.db().clone();
         let file = self.authenticator_file.display().to_string();
         let b = batch.clone();
         let work = async move {
@@ -497,7 +498,7 @@ impl BlahProject {
             if included.is_empty() {
                 return BatchOutcome { refused, result: Ok(vec![]) };
             }
-            let pipeline = SubmitPipeline::new(key, config, rpc, stager, spec, deadline).with_templates(templates).start();
+            let pipeline = SubmitPipeline::new(key, config, rpc, stager, db, spec, deadline).with_templates(templates).start();
             let result = match pipeline.send(RunPipeline).await {
                 Ok(Ok(())) => Ok(included),
                 Ok(Err(e)) => Err((included, SubmitFailure::Pipeline(e))),

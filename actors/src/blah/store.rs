@@ -23,6 +23,8 @@ type Op = Box<dyn FnOnce(&mut Connection) + Send>;
 #[derive(Clone)]
 pub struct BlahStore {
     ops: mpsc::Sender<Op>,
+    /// For callers that write in their own tables (the submit pipeline).
+    db: StateDb,
     /// The shared BOINC batches still taking jobs (used in store ops).
     pub gathering: Gathering,
 }
@@ -30,6 +32,7 @@ pub struct BlahStore {
 impl BlahStore {
     pub fn new(db: StateDb, gathering: Gathering) -> std::io::Result<Self> {
         let (ops, rx) = mpsc::channel::<Op>();
+        let shared = db.clone();
         std::thread::Builder::new().name("blah-store".into()).spawn(move || {
             for op in rx {
                 let _ = db.with_conn(|c| {
@@ -38,7 +41,11 @@ impl BlahStore {
                 });
             }
         })?;
-        Ok(BlahStore { ops, gathering })
+        Ok(BlahStore { ops, db: shared, gathering })
+    }
+
+    pub fn db(&self) -> &StateDb {
+        &self.db
     }
 
     /// Queues a write; a failure is logged, not returned.

@@ -20,6 +20,13 @@ impl ProjectKey {
         }
         ProjectKey { url, authenticator }
     }
+
+    /// Names the account in the state database without storing its
+    /// authenticator: the MD5 of it, in hex.
+    pub fn account(&self) -> String {
+        use md5::{Digest, Md5};
+        Md5::digest(self.authenticator.expose().as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    }
 }
 
 impl std::fmt::Debug for ProjectKey {

@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::Bytes;
@@ -29,6 +29,7 @@ use crate::config::DaemonConfig;
 use crate::file_stager::{FileStager, Stage, StagedFile};
 use crate::project::rpc::{backoff, Attachment, Parse, Rpc, RpcClient, RpcError};
 use crate::project::ProjectKey;
+use crate::state_db::StateDb;
 
 /// Why a submission failed; rendered to text where the result line is made.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +83,7 @@ pub struct SubmitPipeline {
     config: Arc<DaemonConfig>,
     rpc: Addr<RpcClient>,
     stager: Addr<FileStager>,
+    db: StateDb,
     batch: Option<SubmitBatch>,
     /// The app's templates when the caller has them (no get_templates).
     templates: Option<Templates>,
@@ -94,10 +96,11 @@ impl SubmitPipeline {
         config: Arc<DaemonConfig>,
         rpc: Addr<RpcClient>,
         stager: Addr<FileStager>,
+        db: StateDb,
         batch: SubmitBatch,
         deadline: Instant,
     ) -> Self {
-        SubmitPipeline { key, config, rpc, stager, batch: Some(batch), templates: None, deadline }
+        SubmitPipeline { key, config, rpc, stager, db, batch: Some(batch), templates: None, deadline }
     }
 
     /// Uses these templates of the batch's app instead of asking for them.
@@ -124,6 +127,7 @@ impl Handler<RunPipeline> for SubmitPipeline {
             config: self.config.clone(),
             rpc: self.rpc.clone(),
             stager: self.stager.clone(),
+            db: self.db.clone(),
             deadline: self.deadline,
         };
         let (batch, templates) = (self.batch.take(), self.templates.take());
@@ -153,7 +157,14 @@ struct Run {
     config: Arc<DaemonConfig>,
     rpc: Addr<RpcClient>,
     stager: Addr<FileStager>,
+    db: StateDb,
     deadline: Instant,
+}
+
+enum CreateRecord {
+    SentAt,
+    Sent(f64),
+    Forget,
 }
 
 enum BatchSlot {
@@ -266,34 +277,73 @@ impl Run {
 
     /// The batch to fill: an empty one of this name if the server has it (a
     /// create whose reply was lost, or a resubmit after a restart), else a
-    /// new one. Asking first is what keeps a retry from making two.
+    /// new one. Asking first is what keeps a retry from making two; and a
+    /// create sent earlier whose outcome is unknown (recorded in the state
+    /// database before it went out, so a killed daemon's counts too) may
+    /// still land, so a new one waits until that one has settled.
     async fn find_or_create_batch(&self, batch: &SubmitBatch) -> Step<BatchSlot> {
         let auth = &self.key.authenticator;
+        let name = &batch.batch_name;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let found = self
-                .idempotent(Script::SubmitRpcHandler, request::query_batch_by_name(auth, &batch.batch_name), reply::parse_query_batch)
-                .await;
+            let found = self.idempotent(Script::SubmitRpcHandler, request::query_batch_by_name(auth, name), reply::parse_query_batch).await;
             match found {
-                Ok(info) => return self.reuse(info, batch),
+                Ok(info) => {
+                    self.creates(name, CreateRecord::Forget).await?;
+                    return self.reuse(info, batch);
+                }
                 Err(RpcError::Boinc { ref msg, .. }) if msg == "no such batch" => {}
                 Err(e) => return Err(SubmitError::CreateBatch(e)),
             }
+            if let Some(sent_at) = self.creates(name, CreateRecord::SentAt).await? {
+                let settled = sent_at + self.config.create_settle.as_secs_f64();
+                let wait = settled - unix_now();
+                if wait > 0.0 {
+                    let wait = Duration::from_secs_f64(wait);
+                    if Instant::now() + wait >= self.deadline {
+                        return Err(SubmitError::CreateBatch(RpcError::Local(format!(
+                            "a create_batch of {name} sent at {sent_at:.0} may still reach the server; not creating another before it settles"
+                        ))));
+                    }
+                    tracing::info!(batch = %name, secs = wait.as_secs_f64(), "an earlier create_batch may still land; waiting before looking again");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            }
             let expire = unix_now() + self.config.initial_expire.as_secs_f64();
+            self.creates(name, CreateRecord::Sent(unix_now())).await?;
             let created = self
-                .once(
-                    Script::SubmitRpcHandler,
-                    request::create_batch(auth, &batch.batch_name, &batch.app_name, expire),
-                    reply::parse_create_batch,
-                )
+                .once(Script::SubmitRpcHandler, request::create_batch(auth, name, &batch.app_name, expire), reply::parse_create_batch)
                 .await;
             match created {
-                Ok(id) => return Ok(BatchSlot::Empty(id)),
+                Ok(id) => {
+                    self.creates(name, CreateRecord::Forget).await?;
+                    return Ok(BatchSlot::Empty(id));
+                }
                 // It may or may not exist now: look again before retrying.
                 Err(e) if e.outcome_unknown() => self.pause(attempt, e, SubmitError::CreateBatch).await?,
-                Err(e) => return Err(SubmitError::CreateBatch(e)),
+                Err(e) => {
+                    self.creates(name, CreateRecord::Forget).await?;
+                    return Err(SubmitError::CreateBatch(e));
+                }
             }
+        }
+    }
+
+    /// Reads or writes this batch's record of a create_batch in flight.
+    async fn creates(&self, batch: &str, what: CreateRecord) -> Step<Option<f64>> {
+        let (db, project, account, batch) = (self.db.clone(), self.key.url.clone(), self.key.account(), batch.to_string());
+        let done = tokio::task::spawn_blocking(move || match what {
+            CreateRecord::SentAt => db.create_sent_at(&project, &account, &batch),
+            CreateRecord::Sent(at) => db.note_create_sent(&project, &account, &batch, at).map(|()| None),
+            CreateRecord::Forget => db.forget_create(&project, &account, &batch).map(|()| None),
+        })
+        .await;
+        match done {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(SubmitError::CreateBatch(RpcError::Local(format!("the state database: {e}")))),
+            Err(_) => Err(SubmitError::Internal("state database task failed")),
         }
     }
 

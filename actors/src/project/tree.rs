@@ -29,6 +29,7 @@ pub struct ProjectTree {
     monitor: Addr<BatchMonitor>,
     fetcher: Addr<OutputFetcher>,
     sequences: Addr<SequenceRelocator>,
+    db: StateDb,
 }
 
 impl ProjectTree {
@@ -37,8 +38,8 @@ impl ProjectTree {
         let monitor = BatchMonitor::new(key.clone(), config.clone(), rpc.clone()).start();
         let fetcher = OutputFetcher::new(key.clone(), rpc.clone()).start();
         // Starting the tree resumes the account's sequences (after a restart).
-        let sequences = SequenceRelocator::new(key.clone(), config.clone(), rpc.clone(), stager.clone(), db).start();
-        ProjectTree { key, config, stager, rpc, monitor, fetcher, sequences }
+        let sequences = SequenceRelocator::new(key.clone(), config.clone(), rpc.clone(), stager.clone(), db.clone()).start();
+        ProjectTree { key, config, stager, rpc, monitor, fetcher, sequences, db }
     }
 }
 
@@ -88,7 +89,8 @@ impl Handler<Run> for ProjectTree {
                     }
                 }
                 let pipeline =
-                    SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), batch, deadline).start();
+                    SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), self.db.clone(), batch, deadline)
+                        .start();
                 Box::pin(async move {
                     // The edge: the typed error becomes the result's text here.
                     match pipeline.send(RunPipeline).await {

@@ -86,7 +86,7 @@ pub struct SequenceRelocator {
 
 impl SequenceRelocator {
     pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, rpc: Addr<RpcClient>, stager: Addr<FileStager>, db: StateDb) -> Self {
-        let account = md5_hex(key.authenticator.expose().as_bytes());
+        let account = key.account();
         let store = SequenceStore::new(db, &config.state_dir, &key.url, &account);
         SequenceRelocator {
             key,
@@ -152,6 +152,7 @@ impl SequenceRelocator {
         let app = def.app_name.clone();
         let (store, stager, rpc, key, config) =
             (self.store.clone(), self.stager.clone(), self.rpc.clone(), self.key.clone(), self.config.clone());
+        let db = self.store.db().clone();
         let templates = self.templates.get(&def.app_name).cloned();
         let deadline = self.deadline();
         let work = async move {
@@ -180,7 +181,7 @@ impl SequenceRelocator {
                 jobs: vec![JobSpec { name: job.clone(), args, inputs }],
                 params: JobParams::default(),
             };
-            let pipeline = SubmitPipeline::new(key, config, rpc, stager, batch, deadline).with_templates(templates.clone()).start();
+            let pipeline = SubmitPipeline::new(key, config, rpc, stager, db, batch, deadline).with_templates(templates.clone()).start();
             match pipeline.send(RunPipeline).await {
                 Ok(Ok(())) => Ok(templates),
                 Ok(Err(e)) => Err((submit_may_pass(&e), e.to_string())),
@@ -514,11 +515,6 @@ fn submit_may_pass(e: &SubmitError) -> bool {
 
 fn job_state(group: &[gahp_protocol::boinc::JobState], job: &str) -> ServerState {
     group.iter().find(|j| j.name == job).map(|j| ServerState::from_status(&j.status)).unwrap_or(ServerState::Missing)
-}
-
-fn md5_hex(bytes: &[u8]) -> String {
-    use md5::{Digest, Md5};
-    Md5::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The step's input files in the app's template order: a state file from

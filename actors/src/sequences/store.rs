@@ -157,6 +157,10 @@ fn sql(e: rusqlite::Error) -> io::Error {
 }
 
 impl SequenceStore {
+    pub fn db(&self) -> &StateDb {
+        &self.db
+    }
+
     pub fn new(db: StateDb, state_dir: &Path, project: &str, account: &str) -> Self {
         SequenceStore { db, project: project.into(), account: account.into(), files: state_dir.join("sequence-files") }
     }
