@@ -123,6 +123,9 @@ fn a_twenty_step_sequence_survives_lost_and_straggling_hosts() {
     assert_eq!(step, 20);
     assert_eq!(state, expected_state("long", 20));
     assert!(state.starts_with("counter 20 "), "{state}");
+    // Every attempt's batch, dead branches included, is retired once the
+    // sequence is over.
+    all_retired(&sim, "long", 20 + relocations);
 }
 
 #[test]
@@ -163,6 +166,10 @@ fn extend_end_marker_end_command_and_abort() {
     assert_eq!((r[1].as_str(), r[4].as_str()), ("ABORTED", "0"), "{r:?}");
     let r = seq(&mut g, SequenceCommand::Extend { name: "aborted".into(), steps: 1 });
     assert!(r[0].contains("finished"), "{r:?}");
+    // Nothing of a sequence that is over stays on the server.
+    for (name, at_least) in [("ext", 4), ("marker", 3), ("ended", done as usize), ("aborted", 1)] {
+        all_retired(&sim, name, at_least);
+    }
     let r = seq(&mut g, SequenceCommand::Query { name: "nope".into() });
     assert!(r[0].contains("no sequence named nope"), "{r:?}");
     // A name BOINC's create_work would split is refused before anything is made.
@@ -195,4 +202,29 @@ fn a_daemon_killed_again_and_again_resumes_to_the_same_final_state() {
     let jobs =
         sim.state()["jobs"].as_array().unwrap().iter().filter(|j| j["name"].as_str().is_some_and(|n| n.starts_with("killed#"))).count();
     assert_eq!(jobs, 12 + relocations, "{r:?}");
+}
+
+/// Waits (the retires run after the status changes) until every batch of
+/// sequence `name` is retired on the server; there are at least `at_least`.
+fn all_retired(sim: &Sim, name: &str, at_least: usize) {
+    const RETIRED: i64 = 4;
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state = sim.state();
+        let prefix = format!("{name}#");
+        let batches: Vec<(String, i64)> = state["batches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+            .map(|b| (b["name"].as_str().unwrap().to_string(), b["state"].as_i64().unwrap()))
+            .collect();
+        let left: Vec<_> = batches.iter().filter(|(_, s)| *s != RETIRED).collect();
+        if left.is_empty() {
+            assert!(batches.len() >= at_least, "{name}: {batches:?}");
+            return;
+        }
+        assert!(Instant::now() < until, "{name}: not retired: {left:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

@@ -197,7 +197,7 @@ impl SequenceRelocator {
                     let still_running = act.seqs.get(&name).is_some_and(|r| r.phase == Phase::Running);
                     if !still_running {
                         // Stopped or aborted while the submit was under way.
-                        act.abort_job(decide::job_name(&name, live.step, live.attempt), ctx);
+                        act.clean_up(Some(decide::job_name(&name, live.step, live.attempt)), Vec::new(), ctx);
                     }
                 }
                 Err((true, e)) => tracing::info!(sequence = %name, "submit of step {} will be retried: {}", live.step, act.key.authenticator.redact_in(&e)),
@@ -215,15 +215,24 @@ impl SequenceRelocator {
         }));
     }
 
-    /// Best effort: a job that is left is one more instance a host runs.
-    fn abort_job(&self, job: String, ctx: &mut Context<Self>) {
+    /// Best effort: aborts `abort` (a job that is left is one more instance
+    /// a host runs), then retires the batches in `retire` (those of a
+    /// sequence that is over).
+    fn clean_up(&self, abort: Option<String>, retire: Vec<String>, ctx: &mut Context<Self>) {
         let (rpc, auth, deadline) = (self.rpc.clone(), self.key.authenticator.clone(), self.deadline());
         ctx.spawn(
             async move {
-                if let Err(e) =
-                    rpc.idempotent(Script::SubmitRpcHandler, request::abort_jobs(&auth, &[job]), reply::parse_success, deadline).await
-                {
-                    tracing::info!("abort_jobs failed: {}", auth.redact_in(&e.to_string()));
+                if let Some(job) = abort {
+                    if let Err(e) =
+                        rpc.idempotent(Script::SubmitRpcHandler, request::abort_jobs(&auth, &[job]), reply::parse_success, deadline).await
+                    {
+                        tracing::info!("abort_jobs failed: {}", auth.redact_in(&e.to_string()));
+                    }
+                }
+                for batch in retire {
+                    let _ = rpc
+                        .idempotent(Script::SubmitRpcHandler, request::retire_batch(&auth, &batch), reply::parse_success, deadline)
+                        .await;
                 }
             }
             .into_actor(self),
@@ -368,6 +377,12 @@ impl SequenceRelocator {
                     rec.reason = Some(format!("step {} failed {} times, last: {}", live.step, rec.def.max_attempts, why.reason()));
                 }
             }
+            // A failed sequence needs none of its batches any more.
+            if let Some(rec) = act.seqs.get(&name).filter(|r| r.phase == Phase::Failed) {
+                let mut retire = attempt_batches(rec, &name, rec.done, 0);
+                retire.extend(attempt_batches(rec, &name, live.step, live.attempt));
+                act.clean_up(None, retire, ctx);
+            }
             if let Some(rec) = act.seqs.get(&name) {
                 if let Err(e) = act.store.bury(rec, &branch) {
                     tracing::error!(sequence = %name, "can't record a dead branch: {e}");
@@ -450,28 +465,20 @@ impl SequenceRelocator {
                 rec.phase = Phase::Completed;
             }
             act.save(&name);
-            // Batches no longer needed on the server: the one before this
-            // step's (this step's still ties the inputs the next step shares,
-            // so retiring it now would make them upload again), and this one
-            // once the sequence is over.
+            // Batches no longer needed on the server: those of the step
+            // before this one, dead branches included (this step's still tie
+            // the inputs the next step shares, so retiring them now would
+            // make them upload again), and this step's once the sequence is
+            // over.
             let Some(rec) = act.seqs.get(&name) else { return };
             let finished = rec.phase == Phase::Completed;
             let mut retire = Vec::new();
             for step in [live.step.saturating_sub(1), if finished { live.step } else { 0 }] {
                 if step > 0 {
-                    let attempt = 1 + rec.dead.iter().filter(|d| d.step == step).map(|d| d.attempt).max().unwrap_or(0);
-                    retire.push(decide::job_name(&name, step, attempt));
+                    retire.extend(attempt_batches(rec, &name, step, 0));
                 }
             }
-            let (rpc, auth, deadline) = (act.rpc.clone(), act.key.authenticator.clone(), act.deadline());
-            ctx.spawn(
-                async move {
-                    for batch in retire {
-                        let _ = rpc.idempotent(Script::SubmitRpcHandler, request::retire_batch(&auth, &batch), reply::parse_success, deadline).await;
-                    }
-                }
-                .into_actor(act),
-            );
+            act.clean_up(None, retire, ctx);
             act.tick(ctx);
         }));
     }
@@ -499,13 +506,34 @@ impl SequenceRelocator {
             };
             rec.dead.push(branch.clone());
             self.store.bury(rec, &branch).map_err(local)?;
+            // An aborted sequence needs none of its batches any more.
+            let retire = if phase == Phase::Aborted {
+                let mut all = attempt_batches(rec, name, rec.done, 0);
+                all.extend(attempt_batches(rec, name, live.step, live.attempt));
+                all
+            } else {
+                Vec::new()
+            };
             self.unsubmitted.remove(name);
-            self.abort_job(decide::job_name(name, live.step, live.attempt), ctx);
+            self.clean_up(Some(decide::job_name(name, live.step, live.attempt)), retire, ctx);
         } else {
             self.store.save(rec).map_err(local)?;
         }
         Ok(())
     }
+}
+
+/// The batches of every attempt of `step` (there is one per attempt, named
+/// like its job): attempts of its dead branches, the one that completed it,
+/// and at least `upto`. None for step 0.
+fn attempt_batches(rec: &SequenceRecord, name: &str, step: u32, upto: u32) -> Vec<String> {
+    if step == 0 {
+        return Vec::new();
+    }
+    let dead = rec.dead.iter().filter(|d| d.step == step).map(|d| d.attempt).max().unwrap_or(0);
+    // A completed step's attempt comes after all its dead ones.
+    let last = if step <= rec.done { dead + 1 } else { dead }.max(upto);
+    (1..=last).map(|a| decide::job_name(name, step, a)).collect()
 }
 
 /// A submit failure that may pass: transient, or the project is down.
