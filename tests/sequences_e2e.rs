@@ -228,3 +228,28 @@ fn all_retired(sim: &Sim, name: &str, at_least: usize) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+#[test]
+fn batches_left_to_retire_by_a_killed_daemon_are_retired_by_the_next() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    // Every retire_batch fails (the server does nothing) until the kill.
+    sim.set_faults(serde_json::json!({"seed": 1, "rules": {"submit_rpc_handler.php:retire_batch": {"reset": 1.0}}}));
+    let mut g = daemon(&sim, dir.path());
+    assert_eq!(create(&mut g, dir.path(), "tidy", 3, 30, 3, &[]), ["NULL"]);
+    let r = wait_until(&mut g, "tidy", "completion", |r| r[1] != "RUNNING");
+    assert_eq!(r[1], "COMPLETED", "{r:?}");
+    std::thread::sleep(Duration::from_millis(500));
+    g.kill();
+    let unretired = sim.state()["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["name"].as_str().unwrap().starts_with("tidy#") && b["state"].as_i64() != Some(4))
+        .count();
+    assert_eq!(unretired, 3, "nothing could be retired before the kill");
+    sim.set_faults(serde_json::json!({}));
+    let mut g = daemon(&sim, dir.path());
+    query(&mut g, "tidy");
+    all_retired(&sim, "tidy", 3);
+}

@@ -77,6 +77,8 @@ const MIGRATIONS: &[&str] = &[
          sent_at REAL NOT NULL,
          PRIMARY KEY (project, account, batch)
      );",
+    // 6: work-sequence batches still to retire.
+    crate::sequences::store::RETIRE_MIGRATION,
 ];
 
 /// Brings the schema to the newest version, each step in a transaction of

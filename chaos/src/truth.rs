@@ -75,6 +75,21 @@ impl Truth {
         Ok(m.body)
     }
 
+    /// POSTs JSON to one of the simulated project's `__sim/` endpoints.
+    pub fn sim_post(&self, rel: &str, json: &str) -> Result<(), TruthError> {
+        let headers = vec![("Content-Type".to_string(), "application/json".to_string())];
+        let m = self.rt.block_on(self.upstream.exchange("POST", rel, &headers, json.as_bytes(), AUDIT_TIMEOUT))?;
+        if m.status() != 200 {
+            return Err(TruthError::Server(format!("{rel}: HTTP {}", m.status())));
+        }
+        Ok(())
+    }
+
+    /// Whether [`Truth::batches`] lists retired batches too.
+    pub fn lists_retired(&self) -> bool {
+        matches!(self.source, Source::Sim)
+    }
+
     /// Every batch whose name starts with `prefix` (retired ones included
     /// for the simulated project; a real server lists only the others).
     pub fn batches(&self, prefix: &str) -> Result<Vec<ServerBatch>, TruthError> {

@@ -218,8 +218,14 @@ impl SequenceRelocator {
     /// Best effort: aborts `abort` (a job that is left is one more instance
     /// a host runs), then retires the batches in `retire` (those of a
     /// sequence that is over).
+    /// The retires are recorded first and forgotten once done: a daemon
+    /// killed in between does them when it resumes.
     fn clean_up(&self, abort: Option<String>, retire: Vec<String>, ctx: &mut Context<Self>) {
+        if let Err(e) = self.store.queue_retires(&retire) {
+            tracing::error!(project = %self.key.url, "can't record batches to retire: {e}");
+        }
         let (rpc, auth, deadline) = (self.rpc.clone(), self.key.authenticator.clone(), self.deadline());
+        let store = self.store.clone();
         ctx.spawn(
             async move {
                 if let Some(job) = abort {
@@ -230,9 +236,17 @@ impl SequenceRelocator {
                     }
                 }
                 for batch in retire {
-                    let _ = rpc
+                    let r = rpc
                         .idempotent(Script::SubmitRpcHandler, request::retire_batch(&auth, &batch), reply::parse_success, deadline)
                         .await;
+                    // A BOINC error: the batch is not there to retire.
+                    if matches!(r, Ok(()) | Err(RpcError::Boinc { .. })) {
+                        let store = store.clone();
+                        let done = tokio::task::spawn_blocking(move || store.retire_done(&batch)).await;
+                        if let Ok(Err(e)) = done {
+                            tracing::warn!("can't record a retired batch: {e}");
+                        }
+                    }
                 }
             }
             .into_actor(self),
@@ -589,6 +603,11 @@ impl Actor for SequenceRelocator {
                 }
             }
             Err(e) => tracing::error!(project = %self.key.url, "can't load the work sequences: {e}"),
+        }
+        match self.store.retires_due() {
+            Ok(due) if !due.is_empty() => self.clean_up(None, due, ctx),
+            Ok(_) => {}
+            Err(e) => tracing::error!(project = %self.key.url, "can't read the batches to retire: {e}"),
         }
         ctx.run_interval(self.config.sequence_poll, |act, ctx| act.tick(ctx));
         self.tick(ctx);

@@ -142,6 +142,16 @@ pub const MIGRATION: &str = "CREATE TABLE sequences (
          PRIMARY KEY (project, account, name, step, file)
      );";
 
+/// Batches of finished steps that are to be retired on the server: kept
+/// until the retire succeeded, so a daemon killed before it did retires
+/// them when it resumes.
+pub const RETIRE_MIGRATION: &str = "CREATE TABLE sequence_retires (
+         project TEXT NOT NULL,
+         account TEXT NOT NULL,
+         batch TEXT NOT NULL,
+         PRIMARY KEY (project, account, batch)
+     );";
+
 /// The sequences of one project account. `account` identifies the
 /// authenticator without holding it (its MD5).
 #[derive(Clone)]
@@ -299,6 +309,42 @@ impl SequenceStore {
             })
             .map_err(sql)?;
         self.save(rec)
+    }
+
+    /// Batches to retire (see [`RETIRE_MIGRATION`]).
+    pub fn queue_retires(&self, batches: &[String]) -> io::Result<()> {
+        self.db
+            .with_conn(|c| {
+                let tx = c.transaction()?;
+                for b in batches {
+                    tx.execute("INSERT OR IGNORE INTO sequence_retires VALUES (?1, ?2, ?3)", params![self.project, self.account, b])?;
+                }
+                tx.commit()
+            })
+            .map_err(sql)
+    }
+
+    /// `batch` is retired (or gone): no longer to do.
+    pub fn retire_done(&self, batch: &str) -> io::Result<()> {
+        self.db
+            .with_conn(|c| {
+                c.execute(
+                    "DELETE FROM sequence_retires WHERE project = ?1 AND account = ?2 AND batch = ?3",
+                    params![self.project, self.account, batch],
+                )
+                .map(drop)
+            })
+            .map_err(sql)
+    }
+
+    pub fn retires_due(&self) -> io::Result<Vec<String>> {
+        self.db
+            .with_conn(|c| {
+                let mut q = c.prepare("SELECT batch FROM sequence_retires WHERE project = ?1 AND account = ?2 ORDER BY batch")?;
+                let rows = q.query_map(params![self.project, self.account], |r| r.get(0))?;
+                rows.collect()
+            })
+            .map_err(sql)
     }
 
     /// Records a completed step's files (step 0: the initial state).
