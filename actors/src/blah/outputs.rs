@@ -19,8 +19,8 @@ use crate::blah::map::{self, OutputPlan, STDOUT_OUTPUT};
 use crate::config::BlahConfig;
 use crate::project::output_fetcher::{append, check_output_names, completed_job, extract_zip, fetch_file};
 use crate::project::rpc::{Rpc, RpcClient};
-use crate::sequences::relocator::copy_whole;
 use crate::project::ProjectKey;
+use crate::sequences::relocator::copy_whole;
 
 /// `[ BatchjobId = "<batch>"; JobStatus = n ]`
 pub fn status_ad(batch: &str, status: i32) -> ClassAd {

@@ -332,8 +332,14 @@ impl BlahProject {
             return;
         }
         let Some(rpc) = self.rpc.clone() else { return };
-        let names: Vec<String> =
-            self.jobs.values().filter(|j| j.watched() && !j.is_sequence()).map(|j| j.batch.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+        let names: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.watched() && !j.is_sequence())
+            .map(|j| j.batch.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         if names.is_empty() {
             return;
         }
@@ -562,7 +568,9 @@ impl BlahProject {
                 Err(e) => return refuse(SubmitFailure::Map(e)),
             };
             let (Some(relocator), Some(templates)) = (relocator, templates) else {
-                return refuse(SubmitFailure::Lost("internal error: the project's work sequences are not available; condor_release the job"));
+                return refuse(SubmitFailure::Lost(
+                    "internal error: the project's work sequences are not available; condor_release the job",
+                ));
             };
             let templates = match templates.await {
                 Ok(t) => t,
@@ -661,7 +669,8 @@ impl BlahProject {
                     .map_err(|e| format!("internal error: {e}"))?;
             }
             let app = app.map_err(|e| e.to_string())?;
-            let templates = templates.ok_or("the project has no HTTP client")?.await.map_err(|e| format!("error getting templates: {e}"))?;
+            let templates =
+                templates.ok_or("the project has no HTTP client")?.await.map_err(|e| format!("error getting templates: {e}"))?;
             let relocator = relocator.ok_or("the project's work sequences are not available")?;
             let name = sequence::sequence_name(&ad).map_err(|e| e.to_string())?;
             let s = staged.clone();
