@@ -1055,3 +1055,24 @@ fn a_sequence_job_with_bad_values_is_refused_at_submit_saying_why() {
     let reason = held.get_str("HoldReason").unwrap();
     assert!(reason.contains("state file extra is not an output of app stepper"), "{reason}");
 }
+
+#[test]
+fn a_failed_sequence_job_completes_as_a_failed_boinc_job_with_the_reason() {
+    let w = sequence_world();
+    let iwd = w.path().join("job");
+    let mut g = w.start();
+    // Every step fails; one attempt per step.
+    let mut ad = sequence_job(&iwd, "home_bl_seqfail_1.0", 4, "--fail 3");
+    ad.insert("BoincMaxAttempts", Value::Int(1));
+    let id = submit(&mut g, ad);
+    let (_, done) = wait_status_within(&mut g, &id, 4, SEQUENCE_WAIT);
+    assert_eq!(int(&done, "ExitCode"), 1, "{done}");
+    assert_eq!(int(&done, "BoincStepsDone"), 0, "{done}");
+    let reason = done.get_str("ExitReason").unwrap();
+    assert!(reason.starts_with("BOINC work sequence failed: ") && reason.contains("step 1"), "{reason}");
+    assert_eq!(std::fs::read(iwd.join("seq.out")).unwrap(), b"");
+    let err = std::fs::read_to_string(iwd.join("seq.err")).unwrap();
+    assert!(err.contains(reason), "{err}");
+    // The initial state is left as it was.
+    assert_eq!(std::fs::read(iwd.join("state")).unwrap(), b"");
+}
