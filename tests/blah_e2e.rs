@@ -1000,7 +1000,7 @@ fn a_cancelled_sequence_job_stops_and_a_release_resumes_from_the_last_completed_
     // step before the last one submitted was complete at the hold (a step
     // done on the server but not yet collected may run again).
     let done_at_hold = stopped.iter().map(|s| s.0).max().unwrap() - 1;
-    assert!(done_at_hold >= 2 && done_at_hold < 8, "{stopped:?}");
+    assert!((2..8).contains(&done_at_hold), "{stopped:?}");
     // Nothing runs on the server while the job is held.
     std::thread::sleep(Duration::from_millis(1500));
     let later = sim_steps(sim, dir);
