@@ -131,7 +131,11 @@ fn status(g: &mut GahpClient, id: &str) -> (i32, ClassAd, Vec<String>) {
 /// Polls the status until it is `want` (any final status ends the wait);
 /// returns the statuses seen and the last ad.
 fn wait_status(g: &mut GahpClient, id: &str, want: i32) -> (Vec<i32>, ClassAd) {
-    let until = Instant::now() + WAIT;
+    wait_status_within(g, id, want, WAIT)
+}
+
+fn wait_status_within(g: &mut GahpClient, id: &str, want: i32, within: Duration) -> (Vec<i32>, ClassAd) {
+    let until = Instant::now() + within;
     let mut seen = Vec::new();
     loop {
         let (s, ad, r) = status(g, id);
@@ -871,4 +875,204 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// How long a sequence job may take: its steps run one after another.
+const SEQUENCE_WAIT: Duration = Duration::from_secs(180);
+
+/// A `World` whose daemon polls its work sequences every 200 ms.
+fn sequence_world() -> World {
+    let w = World::new("");
+    let text = std::fs::read_to_string(&w.config).unwrap();
+    std::fs::write(&w.config, format!("sequence_poll_ms = 200\n{text}")).unwrap();
+    w
+}
+
+/// A `stepper` work sequence job of `steps` steps from an empty `state`
+/// (its state file), with `extra` as its other input, in `iwd`.
+fn sequence_job(iwd: &Path, job_dir: &str, steps: i64, args: &str) -> ClassAd {
+    std::fs::create_dir_all(iwd).unwrap();
+    std::fs::write(iwd.join("state"), "").unwrap();
+    std::fs::write(iwd.join("extra"), format!("extra of {job_dir}\n")).unwrap();
+    job_ad(
+        iwd,
+        job_dir,
+        &[
+            ("BoincApp", str_value("stepper")),
+            ("Arguments", str_value(args)),
+            ("TransferInput", str_value("state, extra")),
+            ("Out", str_value("seq.out")),
+            ("Err", str_value("seq.err")),
+            ("BoincSequenceSteps", Value::Int(steps)),
+            ("BoincStateFiles", str_value("state")),
+            ("BoincMaxStepTime", Value::Int(60)),
+            ("BoincEndMarker", str_value("DONE")),
+        ],
+    )
+}
+
+/// The stepper's state after `n` steps of the job of `job_dir`, computed
+/// here: it proves every step ran once, in order, on the right state.
+fn expected_stepper_state(job_dir: &str, n: u32) -> String {
+    let extra = format!("extra of {job_dir}\n");
+    let mut state = String::new();
+    for _ in 0..n {
+        state = boinc_sim::apps::stepper_next(&state, extra.as_bytes()).unwrap();
+    }
+    state
+}
+
+/// The sim's jobs of a sequence job's steps: (step, attempt, status, error_mask).
+fn sim_steps(sim: &Sim, job_dir: &str) -> Vec<(u32, u32, String, i64)> {
+    let prefix = format!("blah-{job_dir}#");
+    let mut steps: Vec<_> = sim.state()["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|j| {
+            let (step, attempt) = j["name"].as_str()?.strip_prefix(&prefix)?.split_once('#')?;
+            Some((
+                step.parse().ok()?,
+                attempt.parse().ok()?,
+                j["status"].as_str().unwrap_or("").to_string(),
+                j["error_mask"].as_i64().unwrap_or(0),
+            ))
+        })
+        .collect();
+    steps.sort();
+    steps
+}
+
+fn int(ad: &ClassAd, name: &str) -> i64 {
+    ad.get_int(name).unwrap_or_else(|| panic!("no {name} in {ad}"))
+}
+
+#[test]
+fn a_ten_step_sequence_job_is_one_job_that_completes_with_its_final_state() {
+    let w = sequence_world();
+    let (sim, iwd) = (&w.sim, w.path().join("job"));
+    let mut g = w.start();
+    let id = submit(&mut g, sequence_job(&iwd, "home_bl_seq_1.0", 10, ""));
+    let (seen, done) = wait_status_within(&mut g, &id, 4, SEQUENCE_WAIT);
+    assert_eq!(seen.first(), Some(&1), "idle first: {seen:?}");
+    assert!(seen.contains(&2), "then running: {seen:?}");
+    assert_eq!(int(&done, "ExitCode"), 0, "{done}");
+    assert_eq!(int(&done, "BoincStepsDone"), 10, "{done}");
+    // The final state and the last step's outputs are in Iwd; Out and Err too.
+    assert_eq!(std::fs::read_to_string(iwd.join("state")).unwrap(), expected_stepper_state("home_bl_seq_1.0", 10));
+    assert!(!iwd.join("DONE").exists(), "the marker only comes with a step that writes it");
+    assert_eq!(std::fs::read(iwd.join("seq.out")).unwrap(), b"");
+    assert_eq!(std::fs::read(iwd.join("seq.err")).unwrap(), b"");
+    // One BOINC job per step and relocation, all done, none in a BLAH batch.
+    let steps = sim_steps(sim, "home_bl_seq_1.0");
+    let relocations = int(&done, "BoincRelocations") as usize;
+    assert_eq!(steps.len(), 10 + relocations, "{steps:?}");
+    assert_eq!(steps.iter().filter(|s| s.2 == "DONE").count(), 10, "{steps:?}");
+    assert!(sim.batches_named("blah#home_bl_seq_1.0#1").is_empty());
+    // A resubmit of the completed job (its result lost) gets the same job.
+    assert_eq!(submit(&mut g, sequence_job(&iwd, "home_bl_seq_1.0", 10, "")), id);
+}
+
+#[test]
+fn a_cancelled_sequence_job_stops_and_a_release_resumes_from_the_last_completed_step() {
+    let w = sequence_world();
+    let (sim, iwd) = (&w.sim, w.path().join("job"));
+    let mut g = w.start();
+    let dir = "home_bl_seqhold_1.0";
+    let ad = || sequence_job(&iwd, dir, 8, "--sleep-ms 400");
+    let first = submit(&mut g, ad());
+    let until = Instant::now() + SEQUENCE_WAIT;
+    loop {
+        let (s, a, r) = status(&mut g, &first);
+        assert!(s == 1 || s == 2, "{r:?}");
+        if a.get_int("BoincStepsDone").is_some_and(|n| n >= 2) {
+            break;
+        }
+        assert!(Instant::now() < until, "two steps not done: {r:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // condor_hold (or condor_rm): the live step is aborted on the server.
+    assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: first.clone() }), ["0", "No error"]);
+    eventually("the live step is aborted", || sim_steps(sim, dir).iter().any(|s| s.2 == "ERROR" && s.3 & 16 != 0));
+    let stopped = sim_steps(sim, dir);
+    // A step is submitted once the one before it was collected: so every
+    // step before the last one submitted was complete at the hold (a step
+    // done on the server but not yet collected may run again).
+    let done_at_hold = stopped.iter().map(|s| s.0).max().unwrap() - 1;
+    assert!((2..8).contains(&done_at_hold), "{stopped:?}");
+    // Nothing runs on the server while the job is held.
+    std::thread::sleep(Duration::from_millis(1500));
+    let later = sim_steps(sim, dir);
+    assert_eq!(later.len(), stopped.len(), "no step submitted while held: {later:?}");
+    assert!(later.iter().all(|s| s.2 == "DONE" || s.2 == "ERROR"), "{later:?}");
+    assert_eq!(status(&mut g, &first).0, 3, "the cancelled attempt is removed");
+
+    // condor_release: the same ad again, a new BLAH attempt of the same sequence.
+    let second = submit(&mut g, ad());
+    assert!(second.ends_with(&format!("/blah#{dir}#2")), "{second}");
+    // The daemon killed mid-chain is replaced and picks the job up by id.
+    std::thread::sleep(Duration::from_millis(700));
+    g.kill();
+    let mut g = w.start();
+    let (_, done) = wait_status_within(&mut g, &second, 4, SEQUENCE_WAIT);
+    assert_eq!(int(&done, "BoincStepsDone"), 8, "{done}");
+    assert_eq!(std::fs::read_to_string(iwd.join("state")).unwrap(), expected_stepper_state(dir, 8));
+    // Steps completed before the hold ran once: none of them again.
+    let steps = sim_steps(sim, dir);
+    for step in 1..=done_at_hold {
+        let runs: Vec<_> = steps.iter().filter(|s| s.0 == step).collect();
+        assert_eq!(runs.len(), 1, "step {step} ran once: {steps:?}");
+    }
+    for step in 1..=8 {
+        assert!(steps.iter().any(|s| s.0 == step && s.2 == "DONE"), "step {step} done: {steps:?}");
+    }
+}
+
+#[test]
+fn a_sequence_job_with_bad_values_is_refused_at_submit_saying_why() {
+    let w = sequence_world();
+    let iwd = w.path().join("job");
+    let mut g = w.start();
+    let with = |attr: &str, v: Value| {
+        let mut ad = sequence_job(&iwd, "home_bl_bad_1.0", 5, "");
+        ad.insert(attr, v);
+        ad
+    };
+    for (ad, says) in [
+        (with("BoincSequenceSteps", Value::Int(0)), "+remote_BoincSequenceSteps must be a whole number"),
+        (with("BoincSequenceSteps", Value::Real(2.5)), "+remote_BoincSequenceSteps must be a whole number"),
+        (with("BoincStateFiles", str_value("state ckpt")), "state file ckpt is not among the job's transfer_input_files"),
+        (with("BoincEndMarker", str_value("out/DONE")), "+remote_BoincEndMarker must be a plain file name"),
+    ] {
+        let r = blah(&mut g, BlahCommand::JobSubmit { ad });
+        assert_eq!(r[0], "1", "{r:?}");
+        assert!(r[1].contains(says), "{r:?}");
+    }
+    // A state file the app never writes: held with the reason.
+    let id = submit(&mut g, with("BoincStateFiles", str_value("extra")));
+    let (_, held) = wait_status(&mut g, &id, 5);
+    let reason = held.get_str("HoldReason").unwrap();
+    assert!(reason.contains("state file extra is not an output of app stepper"), "{reason}");
+}
+
+#[test]
+fn a_failed_sequence_job_completes_as_a_failed_boinc_job_with_the_reason() {
+    let w = sequence_world();
+    let iwd = w.path().join("job");
+    let mut g = w.start();
+    // Every step fails; one attempt per step.
+    let mut ad = sequence_job(&iwd, "home_bl_seqfail_1.0", 4, "--fail 3");
+    ad.insert("BoincMaxAttempts", Value::Int(1));
+    let id = submit(&mut g, ad);
+    let (_, done) = wait_status_within(&mut g, &id, 4, SEQUENCE_WAIT);
+    assert_eq!(int(&done, "ExitCode"), 1, "{done}");
+    assert_eq!(int(&done, "BoincStepsDone"), 0, "{done}");
+    let reason = done.get_str("ExitReason").unwrap();
+    assert!(reason.starts_with("BOINC work sequence failed: ") && reason.contains("step 1"), "{reason}");
+    assert_eq!(std::fs::read(iwd.join("seq.out")).unwrap(), b"");
+    let err = std::fs::read_to_string(iwd.join("seq.err")).unwrap();
+    assert!(err.contains(reason), "{err}");
+    // The initial state is left as it was.
+    assert_eq!(std::fs::read(iwd.join("state")).unwrap(), b"");
 }

@@ -10,6 +10,9 @@ see docs/sim.md) for deploy/htcondor-test/run. Standard library only.
                                        1 if one is not, 3 if none matches
   simstate.py URL cmdline  ID MARKER   the command lines of the matching jobs
   simstate.py URL count                number of BOINC jobs
+  simstate.py URL stepper N EXTRA      the `stepper` app's state file after N steps
+                                       from an empty state with input `extra` from
+                                       the file EXTRA, computed here (not asked)
 
   simstate.py URL batches ID...       one line per BOINC batch of these ids:
                                        batch-name state jobs-of-these-ids
@@ -62,6 +65,26 @@ def cancelled(j, b):
     return b.get("state") == BATCH_RETIRED and j.get("status") != "DONE"
 
 
+FNV_OFFSET = 0xCBF29CE484222325
+FNV_PRIME = 0x100000001B3
+
+
+def fnv1a64(h, data):
+    for b in data:
+        h = ((h ^ b) * FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def stepper_state(steps, extra):
+    """The stepper's state after `steps` steps (docs/sim.md): counter + 1,
+    checksum = FNV-1a 64 over '<old checksum hex> <new counter>\n' + extra."""
+    counter, checksum = 0, 0
+    for _ in range(steps):
+        counter += 1
+        checksum = fnv1a64(fnv1a64(FNV_OFFSET, ("%016x %d\n" % (checksum, counter)).encode()), extra)
+    return "" if steps == 0 else "counter %d checksum %016x\n" % (counter, checksum)
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -69,6 +92,10 @@ def main(argv):
     url, cmd = argv[1], argv[2]
     ident = argv[3] if len(argv) > 3 else ""
     marker = argv[4] if len(argv) > 4 else ""
+    if cmd == "stepper":
+        with open(argv[4], "rb") as f:
+            sys.stdout.write(stepper_state(int(ident), f.read()))
+        return 0
     state = load(url)
     if cmd == "count":
         print(len(state.get("jobs", [])))

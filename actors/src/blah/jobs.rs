@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 use crate::blah::map::{self, JobId, MapError, UNCONFIGURED};
 use crate::blah::outputs::held_ad;
 use crate::blah::project::{BlahProject, Cancel, Delivered, Ping, Status, Track};
+use crate::blah::sequence;
 use crate::blah::store::{self, BlahStore};
 use crate::broker::pools::{pool_placement, Pools};
 use crate::config::DaemonConfig;
@@ -128,10 +129,20 @@ impl BlahJobs {
         let Some(job_dir) = ad.get_str("JobDirectory").map(str::trim).filter(|d| !d.is_empty()).map(String::from) else {
             return ready(BlahResult::Submit { code: 1, error: MapError::Missing("JobDirectory").to_string(), job_id: None });
         };
+        // A bad sequence value is refused here, before there is a job to hold.
+        let sequence = match sequence::settings(ad) {
+            Ok(s) => s.is_some(),
+            Err(e) => {
+                let error = format!("this work sequence can't be submitted: {e}");
+                return ready(BlahResult::Submit { code: 1, error, job_id: None });
+            }
+        };
         // Jobs of one project, app and memory bound may share a batch (the
-        // memory bound is batch-wide in submit_batch).
+        // memory bound is batch-wide in submit_batch); a sequence is one
+        // job of its own.
         let gather_key = map::choose_app(ad, &self.config.blah)
             .ok()
+            .filter(|_| !sequence)
             .map(|(app, _)| format!("{app}\n{}", ad.get("RequestMemory").map(|v| v.to_string()).unwrap_or_default()));
         // A job that names no project goes where the pool's matchmaking puts it.
         if let Some(place) = pool_placement(ad, &self.config.blah) {

@@ -209,7 +209,7 @@ pub fn submit_batch(ad: &ClassAd, batch: &str, app: &str, templates: &Templates)
 }
 
 /// `Arguments` (V2), else `Args` (V1).
-fn arguments(ad: &ClassAd) -> Result<Vec<String>, MapError> {
+pub(crate) fn arguments(ad: &ClassAd) -> Result<Vec<String>, MapError> {
     if let Some(v2) = ad.get_str("Arguments") {
         return classad::parse_args_v2(v2).map_err(|err| MapError::BadArgs { attr: "Arguments", err });
     }

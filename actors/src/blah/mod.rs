@@ -7,4 +7,5 @@ pub mod jobs;
 pub mod map;
 pub mod outputs;
 pub mod project;
+pub mod sequence;
 pub mod store;

@@ -11,6 +11,7 @@ use actix::prelude::*;
 use gahp_protocol::boinc::{reply, request, Script, Templates};
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
+use gahp_protocol::gahp::sequence::SequenceState;
 
 use crate::atomic_file;
 use crate::blah::batch_zip::SharedBatchZip;
@@ -19,6 +20,7 @@ use crate::config::BlahConfig;
 use crate::project::output_fetcher::{append, check_output_names, completed_job, extract_zip, fetch_file};
 use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::ProjectKey;
+use crate::sequences::relocator::copy_whole;
 
 /// `[ BatchjobId = "<batch>"; JobStatus = n ]`
 pub fn status_ad(batch: &str, status: i32) -> ClassAd {
@@ -171,6 +173,73 @@ pub async fn resolve_error(
         failed.insert("RemoteWallClockTime", Value::Real(c.elapsed_time));
         failed.insert("RemoteUserCpu", Value::Real(c.cpu_time));
     }
+    Ok((job_status::COMPLETED, failed))
+}
+
+/// A sequence job's status ad: the BLAH status and how far the chain got.
+pub fn sequence_ad(batch: &str, status: i32, state: &SequenceState) -> ClassAd {
+    let mut ad = status_ad(batch, status);
+    ad.insert("BoincStepsDone", Value::Int(state.steps_done.into()));
+    ad.insert("BoincStepsPlanned", Value::Int(state.steps_planned.into()));
+    ad.insert("BoincCurrentStep", Value::Int(state.current_step.into()));
+    ad.insert("BoincStepAttempt", Value::Int(state.attempt.into()));
+    ad.insert("BoincRelocations", Value::Int(state.relocations.into()));
+    ad
+}
+
+/// Places a completed work sequence's files, fetched into `staged` (the
+/// last step's outputs and the final state files), as `deliver_done` places
+/// a job's: each planned output (one the app did not write is skipped
+/// unless `transfer_output_files` names it), `Out` (the app's `stdout`
+/// output, else empty) and an empty `Err`; returns the status-4 ad.
+pub fn place_sequence(
+    batch: &str,
+    ad: &ClassAd,
+    app: &str,
+    outputs: &[String],
+    staged: &Path,
+    state: &SequenceState,
+) -> Result<ClassAd, String> {
+    let plan = map::output_plan(ad, app, outputs).map_err(|e| e.to_string())?;
+    let named = ad.get_str("TransferOutput").is_some_and(|l| !l.trim().is_empty());
+    let copy = |src: &Path, dest: &Path| copy_whole(src, dest).map_err(|e| format!("can't write {}: {e}", dest.display()));
+    for (name, dest) in &plan.files {
+        let src = staged.join(name);
+        if src.is_file() {
+            copy(&src, dest)?;
+        } else if named {
+            return Err(format!("the last step of the work sequence left no {name}"));
+        }
+    }
+    if let Some(out) = &plan.out {
+        let src = staged.join(STDOUT_OUTPUT);
+        if src.is_file() {
+            copy(&src, out)?;
+        } else {
+            write_whole(out, b"").map_err(|e| format!("can't write {}: {e}", out.display()))?;
+        }
+    }
+    write_err(&plan, "")?;
+    let mut done = sequence_ad(batch, job_status::COMPLETED, state);
+    done.insert("ExitCode", Value::Int(0));
+    done.insert("ExitBySignal", Value::Bool(false));
+    Ok(done)
+}
+
+/// The final status of a failed work sequence, as a failed BOINC job's
+/// (`resolve_error`): 4 with exit code 1 and the reason in `ExitReason`,
+/// an empty `Out` and the reason in `Err`.
+pub fn sequence_failed(batch: &str, ad: &ClassAd, state: &SequenceState) -> Result<(i32, ClassAd), String> {
+    let reason = format!("BOINC work sequence failed: {}", state.reason.as_deref().unwrap_or("no reason recorded"));
+    let plan = map::std_streams(ad).map(|(_, out, err)| OutputPlan { files: vec![], out, err, unzip: None }).map_err(|e| e.to_string())?;
+    if let Some(out) = &plan.out {
+        write_whole(out, b"").map_err(|e| format!("can't write {}: {e}", out.display()))?;
+    }
+    write_err(&plan, &reason)?;
+    let mut failed = sequence_ad(batch, job_status::COMPLETED, state);
+    failed.insert("ExitCode", Value::Int(1));
+    failed.insert("ExitBySignal", Value::Bool(false));
+    failed.insert("ExitReason", Value::Str(reason));
     Ok((job_status::COMPLETED, failed))
 }
 

@@ -25,22 +25,25 @@ use futures_util::StreamExt;
 use gahp_protocol::boinc::{reply, request, Script, Templates};
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
+use gahp_protocol::gahp::sequence::{SequenceState, SequenceStatus, StepSelector};
 use gahp_protocol::gahp::{AsyncCommand, BlahResult, CommandResult, SubmitBatch};
 use gahp_protocol::Authenticator;
 use tokio::sync::oneshot;
 
 use crate::blah::batch_zip::{self, SharedBatchZip};
 use crate::blah::map::{self, JobId, MapError};
-use crate::blah::outputs::{deliver_done, held_ad, resolve_error, status_ad};
+use crate::blah::outputs::{deliver_done, held_ad, place_sequence, resolve_error, sequence_ad, sequence_failed, status_ad};
+use crate::blah::sequence;
 use crate::blah::store::{self, BlahStore, JobRecord, Phase};
 use crate::clock::unix_now;
 use crate::config::{BlahConfig, DaemonConfig};
 use crate::file_stager::FileStager;
 use crate::project::rpc::{Rpc, RpcClient, RpcError};
 use crate::project::submit_pipeline::{RunPipeline, SubmitError, SubmitPipeline, PROJECT_DOWN};
-use crate::project::tree::{ClientOf, Run};
+use crate::project::tree::{ClientOf, Run, SequencesOf};
 use crate::project::ProjectKey;
 use crate::projects::{Projects, TreeOf};
+use crate::sequences::relocator::{FetchSequence, QueryStarted, SequenceError, SequenceRelocator, StopSequence};
 
 /// How long an app's templates are reused.
 const TEMPLATES_TTL: Duration = Duration::from_secs(60);
@@ -59,6 +62,9 @@ enum SubmitFailure {
     Pipeline(SubmitError),
     #[error("{0}")]
     Lost(&'static str),
+    /// A work sequence job that can't become a sequence: the hold reason.
+    #[error("{0}")]
+    Sequence(String),
 }
 
 impl SubmitFailure {
@@ -93,6 +99,8 @@ pub struct BlahProject {
     store: BlahStore,
     /// Set before any message is handled (see `started`).
     rpc: Option<Addr<RpcClient>>,
+    /// The project's work sequences (sequence jobs run there); as `rpc`.
+    sequences: Option<Addr<SequenceRelocator>>,
     /// By BOINC job name.
     jobs: HashMap<String, Job>,
     templates: HashMap<String, (Instant, TemplatesCall)>,
@@ -172,6 +180,16 @@ impl Job {
     fn watched(&self) -> bool {
         self.phase == Phase::Active && self.final_status.is_none()
     }
+
+    /// A work sequence: its SequenceRelocator watches its BOINC jobs.
+    fn is_sequence(&self) -> bool {
+        self.ad.as_ref().is_some_and(sequence::is_sequence)
+    }
+
+    /// Its sequence's name, if it is a sequence job.
+    fn sequence_name(&self) -> Option<String> {
+        self.ad.as_ref().filter(|ad| sequence::is_sequence(ad)).and_then(|ad| sequence::sequence_name(ad).ok())
+    }
 }
 
 impl BlahProject {
@@ -196,6 +214,7 @@ impl BlahProject {
             stager,
             store,
             rpc: None,
+            sequences: None,
             jobs: HashMap::new(),
             templates: HashMap::new(),
             submitting: HashSet::new(),
@@ -293,6 +312,19 @@ impl BlahProject {
         BlahResult::status(status, status_ad(batch, status))
     }
 
+    /// A status: a running sequence job's from its sequence, else `status`.
+    fn answer(&mut self, job: String, ctx: &mut Context<Self>) -> ResponseActFuture<Self, BlahResult> {
+        let name = self.jobs.get(&job).filter(|j| j.watched()).and_then(Job::sequence_name);
+        match (name, self.sequences.clone()) {
+            (Some(name), Some(relocator)) => Box::pin(
+                async move { relocator.send(QueryStarted { name }).await }
+                    .into_actor(self)
+                    .map(move |r, act, ctx| act.sequence_status(&job, r, ctx)),
+            ),
+            _ => Box::pin(fut::ready(self.status(&job, ctx))),
+        }
+    }
+
     /// One query_batch2 over every watched batch; coalesced.
     fn refresh(&mut self, ctx: &mut Context<Self>) {
         if self.refreshing {
@@ -300,8 +332,14 @@ impl BlahProject {
             return;
         }
         let Some(rpc) = self.rpc.clone() else { return };
-        let names: Vec<String> =
-            self.jobs.values().filter(|j| j.watched()).map(|j| j.batch.clone()).collect::<BTreeSet<_>>().into_iter().collect();
+        let names: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.watched() && !j.is_sequence())
+            .map(|j| j.batch.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
         if names.is_empty() {
             return;
         }
@@ -324,7 +362,7 @@ impl BlahProject {
         let BatchStates { states, answered, finished, gone } = states;
         let gone: HashMap<String, String> = gone.into_iter().collect();
         let mut lost = Vec::new();
-        for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched()) {
+        for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched() && !j.is_sequence()) {
             match states.get(name) {
                 Some(status) if job.boinc.as_deref() != Some(status.as_str()) => {
                     let (j, s) = (name.clone(), status.clone());
@@ -433,6 +471,13 @@ impl BlahProject {
                 members.push((name, job.ad.clone()));
             }
         }
+        // A sequence job is never gathered with others: it is alone.
+        if let [(name, Some(ad))] = members.as_slice() {
+            if sequence::is_sequence(ad) {
+                let (name, ad) = (name.clone(), ad.clone());
+                return self.submit_sequence(batch, name, ad, ctx);
+            }
+        }
         let Some(rpc) = self.rpc.clone().filter(|_| !members.is_empty()) else {
             self.submitting.remove(&batch);
             return;
@@ -507,6 +552,151 @@ impl BlahProject {
             BatchOutcome { refused, result }
         };
         self.run(ctx, work, move |act, outcome, ctx| act.submitted(batch, outcome, ctx));
+    }
+
+    /// A sequence job becomes one CreateSequence on the project's
+    /// SequenceRelocator (which resumes the stopped sequence of a released
+    /// job: same `JobDirectory`, same definition).
+    fn submit_sequence(&mut self, batch: String, name: String, ad: ClassAd, ctx: &mut Context<Self>) {
+        let app = map::choose_app(&ad, &self.config.blah);
+        let templates = app.as_ref().ok().and_then(|(app, _)| self.templates(app));
+        let relocator = self.sequences.clone();
+        let (url, file) = (self.key.url.clone(), self.authenticator_file.display().to_string());
+        let work = async move {
+            let refuse = |why| BatchOutcome { refused: vec![(name.clone(), why)], result: Ok(vec![]) };
+            let (app, source) = match app {
+                Ok(a) => a,
+                Err(e) => return refuse(SubmitFailure::Map(e)),
+            };
+            let (Some(relocator), Some(templates)) = (relocator, templates) else {
+                return refuse(SubmitFailure::Lost(
+                    "internal error: the project's work sequences are not available; condor_release the job",
+                ));
+            };
+            let templates = match templates.await {
+                Ok(t) => t,
+                Err(e) => {
+                    let reason = templates_error(&e, &url, &file, &app, source);
+                    return BatchOutcome { refused: vec![], result: Err((vec![name.clone()], SubmitFailure::Templates(reason, e))) };
+                }
+            };
+            let create = match sequence::settings(&ad) {
+                Ok(Some(settings)) => sequence::create_sequence(&ad, &settings, &app, &templates),
+                Ok(None) => return refuse(SubmitFailure::Lost("internal error: this job is no work sequence; condor_release the job")),
+                Err(e) => Err(e),
+            };
+            let create = match create {
+                Ok(c) => c,
+                Err(e) => return refuse(SubmitFailure::Sequence(e.hold_reason())),
+            };
+            match relocator.send(create).await {
+                Ok(Ok(())) => BatchOutcome { refused: vec![], result: Ok(vec![name.clone()]) },
+                Ok(Err(e)) => refuse(SubmitFailure::Sequence(format!(
+                    "the work sequence could not be created: {e}; condor_release the job to try again"
+                ))),
+                Err(_) => refuse(SubmitFailure::Lost("internal error: the project's work sequences stopped; condor_release the job")),
+            }
+        };
+        self.run(ctx, work, move |act, outcome, ctx| act.submitted(batch, outcome, ctx));
+    }
+
+    /// A sequence job's status from its sequence: idle until a step runs,
+    /// then running for the whole chain; its files placed once complete.
+    fn sequence_status(
+        &mut self,
+        job: &str,
+        r: Result<Result<(SequenceState, bool), SequenceError>, MailboxError>,
+        ctx: &mut Context<Self>,
+    ) -> BlahResult {
+        let error = |error: String| BlahResult::Status { code: 1, error, status: 0, ad: None };
+        let Some(j) = self.jobs.get(job) else { return error("internal error: job not loaded".into()) };
+        let busy = j.busy;
+        let (state, started) = match r {
+            Ok(Ok(s)) => s,
+            Ok(Err(SequenceError::NoSuchSequence(name))) => {
+                let reason = format!(
+                    "the work sequence {name} of this job is not in the daemon's state database (was it lost?); \
+                     condor_release the job to run it again from its initial state"
+                );
+                self.finish(job, job_status::HELD, held_ad(job, &reason));
+                return self.final_status(job);
+            }
+            Ok(Err(e)) => return error(format!("can't query the work sequence of {job}: {e}")),
+            Err(_) => return error("internal error: the project's work sequences stopped; try again".into()),
+        };
+        let status = match state.status {
+            SequenceStatus::Running if started || busy => job_status::RUNNING,
+            SequenceStatus::Running => job_status::IDLE,
+            SequenceStatus::Completed | SequenceStatus::Failed => {
+                if !busy {
+                    self.finish_sequence(job, state.clone(), ctx);
+                }
+                job_status::RUNNING
+            }
+            SequenceStatus::Aborted => {
+                let mut removed = sequence_ad(job, job_status::REMOVED, &state);
+                let why = state.reason.as_deref().unwrap_or("aborted");
+                removed.insert("RemoveReason", gahp_protocol::classad::Value::Str(format!("the work sequence was aborted: {why}")));
+                self.finish(job, job_status::REMOVED, removed);
+                return self.final_status(job);
+            }
+        };
+        BlahResult::status(status, sequence_ad(job, status, &state))
+    }
+
+    fn final_status(&self, job: &str) -> BlahResult {
+        match self.jobs.get(job).and_then(|j| j.final_status.clone()) {
+            Some((status, ad)) => BlahResult::status(status, ad),
+            None => BlahResult::Status { code: 1, error: "internal error: no final status".into(), status: 0, ad: None },
+        }
+    }
+
+    /// A completed sequence's files placed in the job's directory (then
+    /// status 4), or a failed one's reported as a failed BOINC job is.
+    fn finish_sequence(&mut self, job: &str, state: SequenceState, ctx: &mut Context<Self>) {
+        let Some(j) = self.jobs.get_mut(job) else { return };
+        let Some(ad) = j.ad.clone() else { return };
+        j.busy = true;
+        let app = map::choose_app(&ad, &self.config.blah).map(|a| a.0);
+        let templates = app.as_ref().ok().and_then(|a| self.templates(a));
+        let relocator = self.sequences.clone();
+        // Fetched here whole, then placed by the rules of any job's outputs.
+        let staged = self.config.state_dir.join("blah-sequence-out").join(job);
+        let b = job.to_string();
+        let work = async move {
+            if state.status == SequenceStatus::Failed {
+                return tokio::task::spawn_blocking(move || sequence_failed(&b, &ad, &state))
+                    .await
+                    .map_err(|e| format!("internal error: {e}"))?;
+            }
+            let app = app.map_err(|e| e.to_string())?;
+            let templates =
+                templates.ok_or("the project has no HTTP client")?.await.map_err(|e| format!("error getting templates: {e}"))?;
+            let relocator = relocator.ok_or("the project's work sequences are not available")?;
+            let name = sequence::sequence_name(&ad).map_err(|e| e.to_string())?;
+            let s = staged.clone();
+            tokio::task::spawn_blocking(move || {
+                let _ = std::fs::remove_dir_all(&s);
+                std::fs::create_dir_all(&s)
+            })
+            .await
+            .map_err(|e| format!("internal error: {e}"))?
+            .map_err(|e| format!("can't make {}: {e}", staged.display()))?;
+            relocator
+                .send(FetchSequence { name, step: StepSelector::Latest, dir: staged.clone() })
+                .await
+                .map_err(|_| "the project's work sequences stopped".to_string())?
+                .map_err(|e| e.to_string())?;
+            tokio::task::spawn_blocking(move || {
+                let placed = place_sequence(&b, &ad, &app, &templates.outputs, &staged, &state);
+                let _ = std::fs::remove_dir_all(&staged);
+                placed.map(|done| (job_status::COMPLETED, done))
+            })
+            .await
+            .map_err(|e| format!("internal error: {e}"))?
+        };
+        let job = job.to_string();
+        self.run(ctx, work, move |act, r, _| act.settled(&job, r));
     }
 
     fn submitted(&mut self, batch: String, outcome: BatchOutcome, ctx: &mut Context<Self>) {
@@ -697,16 +887,29 @@ impl BlahProject {
         let auth = self.auth().clone();
         let deadline = Instant::now() + self.config.rpc_timeout;
         let j = job.clone();
-        let work = async move {
-            let xml = request::abort_jobs(&auth, std::slice::from_ref(&j));
-            match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await {
-                Ok(()) => Ok(()),
-                Err(RpcError::Boinc { num, msg }) if num != PROJECT_DOWN => {
-                    tracing::info!(job = %j, "nothing to abort: {msg}");
-                    Ok(())
+        let stop = self.jobs.get(&job).and_then(Job::sequence_name);
+        let is_sequence = stop.is_some();
+        let work: LocalBoxFuture<'static, Result<(), String>> = match (stop, self.sequences.clone()) {
+            // A sequence is stopped, not aborted: its live step is aborted,
+            // its completed state kept for a release (the same job again).
+            (Some(name), Some(relocator)) => Box::pin(async move {
+                match relocator.send(StopSequence { name }).await {
+                    Ok(Ok(())) | Ok(Err(SequenceError::NoSuchSequence(_) | SequenceError::Finished(_))) => Ok(()),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err("the project's work sequences stopped".into()),
                 }
-                Err(e) => Err(auth.redact_in(&e.to_string())),
-            }
+            }),
+            _ => Box::pin(async move {
+                let xml = request::abort_jobs(&auth, std::slice::from_ref(&j));
+                match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await {
+                    Ok(()) => Ok(()),
+                    Err(RpcError::Boinc { num, msg }) if num != PROJECT_DOWN => {
+                        tracing::info!(job = %j, "nothing to abort: {msg}");
+                        Ok(())
+                    }
+                    Err(e) => Err(auth.redact_in(&e.to_string())),
+                }
+            }),
         };
         self.run(ctx, work, move |act, r, ctx| {
             let pending = r.is_err();
@@ -726,7 +929,8 @@ impl BlahProject {
                 }
                 Ok(())
             });
-            if let Some(batch) = batch.filter(|_| !pending) {
+            // A sequence's batches are its SequenceRelocator's.
+            if let Some(batch) = batch.filter(|_| !pending && !is_sequence) {
                 act.retire_if_done(batch, ctx);
             }
             if let Some(reply) = reply {
@@ -769,7 +973,7 @@ impl BlahProject {
         let renew: Vec<String> = self
             .jobs
             .values()
-            .filter(|j| j.watched() && j.lease_until < now + lease / 2.0)
+            .filter(|j| j.watched() && !j.is_sequence() && j.lease_until < now + lease / 2.0)
             .map(|j| j.batch.clone())
             .collect::<BTreeSet<_>>()
             .into_iter()
@@ -915,11 +1119,14 @@ impl Actor for BlahProject {
         ctx.wait(
             async move {
                 let tree = projects.send(TreeOf(key)).await.ok()?;
-                tree.send(ClientOf).await.ok()
+                Some((tree.send(ClientOf).await.ok()?, tree.send(SequencesOf).await.ok()?))
             }
             .into_actor(self)
-            .map(|rpc, act, ctx| match rpc {
-                Some(rpc) => act.rpc = Some(rpc),
+            .map(|clients, act, ctx| match clients {
+                Some((rpc, sequences)) => {
+                    act.rpc = Some(rpc);
+                    act.sequences = Some(sequences);
+                }
                 None => {
                     tracing::error!(project = %act.key.url, "no HTTP client for the project; stopping its BLAH jobs actor");
                     ctx.stop();
@@ -965,7 +1172,7 @@ impl Handler<Status> for BlahProject {
             panic!("test hook: a status of {}", msg.id.job);
         }
         let job = msg.id.job.clone();
-        Box::pin(self.load(msg.id).map(move |(), act, ctx| act.status(&job, ctx)))
+        Box::pin(self.load(msg.id).then(move |(), act, ctx| act.answer(job, ctx)))
     }
 }
 
@@ -1015,10 +1222,13 @@ impl Handler<Delivered> for BlahProject {
         }
         job.retired = true;
         let batch = job.batch.clone();
+        let is_sequence = job.is_sequence();
         // Answered from the state database if ever asked again.
         self.jobs.remove(&name);
         self.store.write("store a delivery", move |c| store::set_retired(c, &name));
-        self.retire_if_done(batch, ctx);
+        if !is_sequence {
+            self.retire_if_done(batch, ctx);
+        }
     }
 }
 

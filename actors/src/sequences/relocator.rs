@@ -617,7 +617,7 @@ impl Actor for SequenceRelocator {
 /// Creates a sequence, or resumes a stopped one of the same definition
 /// (HTCondor's hold then release). Creating a running sequence again with
 /// the same definition is a no-op (a retried command).
-#[derive(Message)]
+#[derive(Debug, Message)]
 #[rtype(result = "Result<(), SequenceError>")]
 pub struct CreateSequence {
     pub def: SequenceDef,
@@ -753,8 +753,13 @@ pub struct QuerySequence {
 impl Handler<QuerySequence> for SequenceRelocator {
     type Result = Result<SequenceState, SequenceError>;
     fn handle(&mut self, msg: QuerySequence, _: &mut Context<Self>) -> Self::Result {
-        let rec = self.record(&msg.name)?;
-        Ok(SequenceState {
+        Ok(self.state_of(self.record(&msg.name)?))
+    }
+}
+
+impl SequenceRelocator {
+    fn state_of(&self, rec: &SequenceRecord) -> SequenceState {
+        SequenceState {
             status: rec.phase.status(),
             steps_done: rec.done,
             steps_planned: rec.planned,
@@ -764,7 +769,24 @@ impl Handler<QuerySequence> for SequenceRelocator {
             project_url: self.key.url.clone(),
             reason: rec.reason.clone(),
             dead_branches: rec.dead.clone(),
-        })
+        }
+    }
+}
+
+/// [`QuerySequence`], and whether the work began (a step completed, or the
+/// live one was seen running): HTCondor's running, not idle, job.
+#[derive(Message)]
+#[rtype(result = "Result<(SequenceState, bool), SequenceError>")]
+pub struct QueryStarted {
+    pub name: String,
+}
+
+impl Handler<QueryStarted> for SequenceRelocator {
+    type Result = Result<(SequenceState, bool), SequenceError>;
+    fn handle(&mut self, msg: QueryStarted, _: &mut Context<Self>) -> Self::Result {
+        let rec = self.record(&msg.name)?;
+        let started = rec.done > 0 || rec.live.is_some_and(|l| l.first_in_progress.is_some());
+        Ok((self.state_of(rec), started))
     }
 }
 
@@ -819,7 +841,7 @@ impl Handler<FetchSequence> for SequenceRelocator {
 }
 
 /// Streams `src` to `dest` through a temporary file and a rename.
-fn copy_whole(src: &Path, dest: &Path) -> io::Result<()> {
+pub(crate) fn copy_whole(src: &Path, dest: &Path) -> io::Result<()> {
     let mut input = std::fs::File::open(src)?;
     atomic_file::write_whole(dest, |out| io::copy(&mut input, out).map(drop))
 }
