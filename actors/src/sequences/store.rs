@@ -152,13 +152,39 @@ pub struct SequenceStore {
     files: PathBuf,
 }
 
+/// The content store, under the state directory.
+const CONTENT_DIR: &str = "sequence-files";
+
+/// Removes the temporary files (`.<name>.<random>.part`) that a daemon
+/// killed while writing into the content store left there; returns how
+/// many. Call once at start, before any sequence runs: only this daemon
+/// writes there, and nothing of it is under way yet.
+pub fn sweep_leftovers(state_dir: &Path) -> io::Result<usize> {
+    let entries = match std::fs::read_dir(state_dir.join(CONTENT_DIR)) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.ends_with(".part") {
+            std::fs::remove_file(entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 fn sql(e: rusqlite::Error) -> io::Error {
     io::Error::other(e)
 }
 
 impl SequenceStore {
     pub fn new(db: StateDb, state_dir: &Path, project: &str, account: &str) -> Self {
-        SequenceStore { db, project: project.into(), account: account.into(), files: state_dir.join("sequence-files") }
+        SequenceStore { db, project: project.into(), account: account.into(), files: state_dir.join(CONTENT_DIR) }
     }
 
     /// The content store's copy of a file.
@@ -398,5 +424,24 @@ mod tests {
         assert_eq!(again.state_before("s", 3, &["state".into()]).unwrap(), vec![StepFile { name: "state".into(), md5 }]);
         let other = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "another");
         assert!(other.load_all().unwrap().is_empty(), "another account sees none of them");
+    }
+
+    #[test]
+    fn leftovers_of_a_killed_daemon_are_swept_and_kept_files_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(sweep_leftovers(dir.path()).unwrap(), 0, "no content store yet");
+        let store = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "acct");
+        let src = dir.path().join("init");
+        std::fs::write(&src, b"counter 0\n").unwrap();
+        let md5 = store.keep(&src).unwrap();
+        // What a kill -9 mid-download leaves: the temporary file, not persisted.
+        let tmp = atomic_file::temp_beside(&store.content_path("incoming")).unwrap();
+        let (_, left) = tmp.keep().unwrap();
+        assert!(left.exists());
+        assert_eq!(sweep_leftovers(dir.path()).unwrap(), 1);
+        assert!(!left.exists());
+        let names: Vec<String> =
+            std::fs::read_dir(dir.path().join(CONTENT_DIR)).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(names, vec![md5]);
     }
 }
