@@ -81,7 +81,15 @@ pub struct SequenceRelocator {
     /// Sequences with an RPC or file work in flight.
     busy: HashSet<String>,
     polling: bool,
+    /// A poll was asked for while one was in flight: run one when it ends.
+    poll_again: bool,
+    /// Live attempts with a timer at their deadline (job names).
+    timed: HashSet<String>,
     templates: HashMap<String, Templates>,
+    /// Attempts that replace one that missed its deadline, by job name:
+    /// that deadline (seconds since the epoch), to log how long the
+    /// replacement took to reach the server.
+    replacing_late: HashMap<String, f64>,
 }
 
 impl SequenceRelocator {
@@ -98,7 +106,10 @@ impl SequenceRelocator {
             unsubmitted: HashSet::new(),
             busy: HashSet::new(),
             polling: false,
+            poll_again: false,
+            timed: HashSet::new(),
             templates: HashMap::new(),
+            replacing_late: HashMap::new(),
         }
     }
 
@@ -193,6 +204,11 @@ impl SequenceRelocator {
                 Ok(templates) => {
                     act.templates.insert(app, templates);
                     act.unsubmitted.remove(&name);
+                    let job = decide::job_name(&name, live.step, live.attempt);
+                    if let Some(deadline) = act.replacing_late.remove(&job) {
+                        let since_deadline_ms = ((unix_now() - deadline) * 1000.0).round() as i64;
+                        tracing::info!(sequence = %name, step = live.step, attempt = live.attempt, since_deadline_ms, "replacement of a late step submitted");
+                    }
                     let still_running = act.seqs.get(&name).is_some_and(|r| r.phase == Phase::Running);
                     if !still_running {
                         // Stopped or aborted while the submit was under way.
@@ -285,7 +301,37 @@ impl SequenceRelocator {
             for ((name, job), state) in jobs.into_iter().zip(states) {
                 act.observe(&name, &job, state, now, ctx);
             }
+            if std::mem::take(&mut act.poll_again) {
+                act.poll(ctx);
+            }
         }));
+    }
+
+    /// Polls at `job`'s deadline (seconds since the epoch) if it is still
+    /// live then, so that a missed deadline is acted on at once rather than
+    /// at the next regular poll (up to a poll interval later).
+    fn poll_at_deadline(&mut self, name: &str, job: String, deadline: f64, ctx: &mut Context<Self>) {
+        if !self.timed.insert(job.clone()) {
+            return;
+        }
+        // A hair after it: the verdict needs the deadline passed.
+        let wait = std::time::Duration::from_secs_f64((deadline - unix_now()).max(0.0) + 0.001);
+        let name = name.to_string();
+        ctx.run_later(wait, move |act, ctx| {
+            act.timed.remove(&job);
+            let still_live = act
+                .seqs
+                .get(&name)
+                .is_some_and(|r| r.phase == Phase::Running && r.live.is_some_and(|l| decide::job_name(&name, l.step, l.attempt) == job));
+            if !still_live {
+                return;
+            }
+            if act.polling {
+                act.poll_again = true;
+            } else {
+                act.poll(ctx);
+            }
+        });
     }
 
     /// Applies one polled status and acts on the verdict.
@@ -312,7 +358,11 @@ impl SequenceRelocator {
         };
         let failures = rec.dead.iter().filter(|d| d.step == live.step && d.reason != STOPPED).count() as u32;
         match judge(&live, &limits, failures, now) {
-            Next::Wait => {}
+            Next::Wait => {
+                if let Some(seen) = live.first_in_progress {
+                    self.poll_at_deadline(name, job.to_string(), seen + limits.max_step_time, ctx);
+                }
+            }
             Next::Collect => self.collect(name.to_string(), live, ctx),
             Next::Relocate { why, attempt } => self.relocate(name.to_string(), live, why, Some(attempt), ctx),
             Next::Fail { why } => self.relocate(name.to_string(), live, why, None, ctx),
@@ -359,6 +409,10 @@ impl SequenceRelocator {
                         server: ServerState::Unknown,
                     });
                     act.unsubmitted.insert(name.clone());
+                    if let (Relocation::DeadlineMissed, Some(seen)) = (&why, live.first_in_progress) {
+                        let deadline = seen + f64::from(rec.def.max_step_time);
+                        act.replacing_late.insert(decide::job_name(&name, live.step, attempt), deadline);
+                    }
                     tracing::info!(sequence = %name, step = live.step, attempt, "relocating: {}", why.reason());
                 }
                 None => {
@@ -499,6 +553,7 @@ impl SequenceRelocator {
             rec.dead.push(branch.clone());
             self.store.bury(rec, &branch).map_err(local)?;
             self.unsubmitted.remove(name);
+            self.replacing_late.remove(&decide::job_name(name, live.step, live.attempt));
             self.abort_job(decide::job_name(name, live.step, live.attempt), ctx);
         } else {
             self.store.save(rec).map_err(local)?;
