@@ -335,3 +335,31 @@ fn killed_while_a_step_is_being_fetched() {
     let relocations = finish_after_kill(&sim, &mut g, dir.path(), "fetch", 4);
     assert_eq!(relocations, 0, "a finished step is collected, not run again");
 }
+
+#[test]
+fn a_missed_deadline_is_acted_on_at_the_deadline_not_at_the_next_poll() {
+    let sim = Sim::start();
+    // Host 1 (the first free one, so step 1's first attempt's) never
+    // finishes; the replacement runs on another host.
+    set_host(&sim, "{\"id\": 1, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}");
+    let dir = tempfile::tempdir().unwrap();
+    // Polls 3 s apart, a 1 s step time: a poll would see the miss up to
+    // 2 s after the deadline.
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "sequence_poll_ms = 3000\n").unwrap();
+    let mut g = gahp_with(dir.path(), &["--config", config.to_str().unwrap()], &[]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
+    assert_eq!(create(&mut g, dir.path(), "late", 1, 1, 3, &[]), ["NULL"]);
+    let r = wait_until(&mut g, "late", "completion", |r| r[1] != "RUNNING");
+    assert_eq!((r[1].as_str(), r[2].as_str(), r[6].as_str()), ("COMPLETED", "1", "1"), "{r:?}");
+    assert_eq!(r[12], "deadline missed", "{r:?}");
+    let log = log_text(dir.path());
+    let late: Vec<i64> = log
+        .lines()
+        .filter(|l| l.contains("replacement of a late step submitted"))
+        .filter_map(|l| l.split("since_deadline_ms=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(late.len(), 1, "{log}");
+    assert!((0..1000).contains(&late[0]), "replacement submitted {} ms after the deadline", late[0]);
+}

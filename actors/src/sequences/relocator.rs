@@ -68,10 +68,18 @@ fn local(e: impl std::fmt::Display) -> SequenceError {
     SequenceError::Local(e.to_string())
 }
 
+/// Connections of the lane for status polls and relocations.
+const URGENT_RPCS: usize = 2;
+
 pub struct SequenceRelocator {
     key: ProjectKey,
     config: Arc<DaemonConfig>,
     rpc: Addr<RpcClient>,
+    /// A lane of its own for status polls and relocations (the abort and the
+    /// replacement's submit): with hundreds of sequences, the routine step
+    /// traffic queues for the project's connections, and a replacement
+    /// waiting behind it would start seconds after its step's deadline.
+    urgent: Addr<RpcClient>,
     stager: Addr<FileStager>,
     store: SequenceStore,
     seqs: HashMap<String, SequenceRecord>,
@@ -96,10 +104,13 @@ impl SequenceRelocator {
     pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, rpc: Addr<RpcClient>, stager: Addr<FileStager>, db: StateDb) -> Self {
         let account = md5_hex(key.authenticator.expose().as_bytes());
         let store = SequenceStore::new(db, &config.state_dir, &key.url, &account);
+        let lane = DaemonConfig { max_concurrent_rpcs: URGENT_RPCS, ..(*config).clone() };
+        let urgent = RpcClient::new(key.clone(), Arc::new(lane)).start();
         SequenceRelocator {
             key,
             config,
             rpc,
+            urgent,
             stager,
             store,
             seqs: HashMap::new(),
@@ -125,9 +136,17 @@ impl SequenceRelocator {
         Instant::now() + self.config.command_timeout
     }
 
-    /// One round: start due steps, submit what is not on the server, poll
-    /// the rest and act on what the poll says.
+    /// One round, every `sequence_poll`: [`advance`](Self::advance), then
+    /// poll the live steps and act on what the poll says.
     fn tick(&mut self, ctx: &mut Context<Self>) {
+        self.advance(ctx);
+        self.poll(ctx);
+    }
+
+    /// Starts due steps and submits what is not on the server. Called after
+    /// anything that may make a step due; it does not poll (polls keep to
+    /// their interval, and to the deadlines of late steps).
+    fn advance(&mut self, ctx: &mut Context<Self>) {
         let now = unix_now();
         let names: Vec<String> = self.seqs.keys().filter(|n| !self.busy.contains(*n)).cloned().collect();
         for name in names {
@@ -151,7 +170,6 @@ impl SequenceRelocator {
                 self.submit(name, ctx);
             }
         }
-        self.poll(ctx);
     }
 
     fn submit(&mut self, name: String, ctx: &mut Context<Self>) {
@@ -161,8 +179,9 @@ impl SequenceRelocator {
         let job = decide::job_name(&name, live.step, live.attempt);
         let def = rec.def.clone();
         let app = def.app_name.clone();
-        let (store, stager, rpc, key, config) =
-            (self.store.clone(), self.stager.clone(), self.rpc.clone(), self.key.clone(), self.config.clone());
+        // A replacement (attempt 2 on) takes the urgent lane.
+        let lane = if live.attempt > 1 { &self.urgent } else { &self.rpc };
+        let (store, stager, rpc, key, config) = (self.store.clone(), self.stager.clone(), lane.clone(), self.key.clone(), self.config.clone());
         let templates = self.templates.get(&def.app_name).cloned();
         let deadline = self.deadline();
         let work = async move {
@@ -204,6 +223,14 @@ impl SequenceRelocator {
                 Ok(templates) => {
                     act.templates.insert(app, templates);
                     act.unsubmitted.remove(&name);
+                    // The grace of a step never sent runs from when it
+                    // reached the server, not from when it was due (the
+                    // submit may have queued for connections).
+                    let same = |l: &LiveAttempt| l.step == live.step && l.attempt == live.attempt && l.first_in_progress.is_none();
+                    if let Some(l) = act.seqs.get_mut(&name).and_then(|r| r.live.as_mut()).filter(|l| same(l)) {
+                        l.submitted = unix_now();
+                        act.save(&name);
+                    }
                     let job = decide::job_name(&name, live.step, live.attempt);
                     if let Some(deadline) = act.replacing_late.remove(&job) {
                         let since_deadline_ms = ((unix_now() - deadline) * 1000.0).round() as i64;
@@ -259,7 +286,7 @@ impl SequenceRelocator {
             return;
         }
         self.polling = true;
-        let (rpc, auth, deadline) = (self.rpc.clone(), self.key.authenticator.clone(), self.deadline());
+        let (rpc, auth, deadline) = (self.urgent.clone(), self.key.authenticator.clone(), self.deadline());
         let work = async move {
             let names: Vec<String> = jobs.iter().map(|(_, j)| j.clone()).collect();
             let states = match rpc
@@ -374,7 +401,7 @@ impl SequenceRelocator {
     fn relocate(&mut self, name: String, live: LiveAttempt, why: Relocation, next: Option<u32>, ctx: &mut Context<Self>) {
         self.busy.insert(name.clone());
         let job = decide::job_name(&name, live.step, live.attempt);
-        let (rpc, auth, deadline) = (self.rpc.clone(), self.key.authenticator.clone(), self.deadline());
+        let (rpc, auth, deadline) = (self.urgent.clone(), self.key.authenticator.clone(), self.deadline());
         let work = async move {
             rpc.idempotent(Script::SubmitRpcHandler, request::abort_jobs(&auth, &[job]), reply::parse_success, deadline).await
         };
@@ -426,7 +453,7 @@ impl SequenceRelocator {
                     tracing::error!(sequence = %name, "can't record a dead branch: {e}");
                 }
             }
-            act.tick(ctx);
+            act.advance(ctx);
         }));
     }
 
@@ -525,7 +552,7 @@ impl SequenceRelocator {
                 }
                 .into_actor(act),
             );
-            act.tick(ctx);
+            act.advance(ctx);
         }));
     }
 
@@ -658,7 +685,7 @@ impl Handler<CreateSequence> for SequenceRelocator {
                 self.save(&name);
             }
             return Box::pin(fut::ready(r).map(|r, act: &mut Self, ctx| {
-                act.tick(ctx);
+                act.advance(ctx);
                 r
             }));
         }
@@ -702,7 +729,7 @@ impl Handler<CreateSequence> for SequenceRelocator {
         Box::pin(work.into_actor(self).map(|r, act, ctx| {
             let rec = r?;
             act.seqs.insert(rec.def.name.clone(), rec);
-            act.tick(ctx);
+            act.advance(ctx);
             Ok(())
         }))
     }
@@ -730,7 +757,7 @@ impl Handler<ExtendSequence> for SequenceRelocator {
             rec.phase = Phase::Running;
         }
         self.store.save(rec).map_err(local)?;
-        self.tick(ctx);
+        self.advance(ctx);
         Ok(())
     }
 }
@@ -749,7 +776,7 @@ impl Handler<EndSequence> for SequenceRelocator {
         if !rec.phase.finished() {
             rec.ended = true;
             self.store.save(rec).map_err(local)?;
-            self.tick(ctx);
+            self.advance(ctx);
         }
         Ok(())
     }
