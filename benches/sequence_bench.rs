@@ -93,7 +93,8 @@ fn run(n: usize) {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("sim.toml");
     std::fs::write(&config, SIM_CONFIG).unwrap();
-    let sim = SimProcess::start(Path::new(env!("CARGO_BIN_EXE_boinc-sim")), &["--config", config.to_str().unwrap()]).expect("boinc-sim starts");
+    let sim =
+        SimProcess::start(Path::new(env!("CARGO_BIN_EXE_boinc-sim")), &["--config", config.to_str().unwrap()]).expect("boinc-sim starts");
     let gahp_config = dir.path().join("gahp.toml");
     std::fs::write(&gahp_config, format!("sequence_poll_ms = {POLL_MS}\n")).unwrap();
     let (state, log) = (dir.path().join("state"), dir.path().join("gahp.log"));

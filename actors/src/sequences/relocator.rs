@@ -89,8 +89,6 @@ pub struct SequenceRelocator {
     /// Sequences with an RPC or file work in flight.
     busy: HashSet<String>,
     polling: bool,
-    /// A poll was asked for while one was in flight: run one when it ends.
-    poll_again: bool,
     /// Live attempts with a timer at their deadline (job names).
     timed: HashSet<String>,
     templates: HashMap<String, Templates>,
@@ -117,7 +115,6 @@ impl SequenceRelocator {
             unsubmitted: HashSet::new(),
             busy: HashSet::new(),
             polling: false,
-            poll_again: false,
             timed: HashSet::new(),
             templates: HashMap::new(),
             replacing_late: HashMap::new(),
@@ -181,7 +178,8 @@ impl SequenceRelocator {
         let app = def.app_name.clone();
         // A replacement (attempt 2 on) takes the urgent lane.
         let lane = if live.attempt > 1 { &self.urgent } else { &self.rpc };
-        let (store, stager, rpc, key, config) = (self.store.clone(), self.stager.clone(), lane.clone(), self.key.clone(), self.config.clone());
+        let (store, stager, rpc, key, config) =
+            (self.store.clone(), self.stager.clone(), lane.clone(), self.key.clone(), self.config.clone());
         let templates = self.templates.get(&def.app_name).cloned();
         let deadline = self.deadline();
         let work = async move {
@@ -328,15 +326,12 @@ impl SequenceRelocator {
             for ((name, job), state) in jobs.into_iter().zip(states) {
                 act.observe(&name, &job, state, now, ctx);
             }
-            if std::mem::take(&mut act.poll_again) {
-                act.poll(ctx);
-            }
         }));
     }
 
-    /// Polls at `job`'s deadline (seconds since the epoch) if it is still
-    /// live then, so that a missed deadline is acted on at once rather than
-    /// at the next regular poll (up to a poll interval later).
+    /// Asks for `job`'s status at its deadline (seconds since the epoch) if
+    /// it is still live then, so that a missed deadline is acted on at once
+    /// rather than at the next regular poll (up to a poll interval later).
     fn poll_at_deadline(&mut self, name: &str, job: String, deadline: f64, ctx: &mut Context<Self>) {
         if !self.timed.insert(job.clone()) {
             return;
@@ -353,11 +348,31 @@ impl SequenceRelocator {
             if !still_live {
                 return;
             }
-            if act.polling {
-                act.poll_again = true;
-            } else {
-                act.poll(ctx);
+            if act.busy.contains(&name) {
+                return;
             }
+            // This job alone: a poll of every live step may be under way
+            // and takes longer.
+            let (rpc, auth, deadline) = (act.urgent.clone(), act.key.authenticator.clone(), act.deadline());
+            let one = job.clone();
+            let work = async move {
+                rpc.idempotent(
+                    Script::SubmitRpcHandler,
+                    request::query_batch2(&auth, 0.0, std::slice::from_ref(&one)),
+                    reply::parse_query_batch2,
+                    deadline,
+                )
+                .await
+                .map(|s| s.batches.first().map(|g| job_state(g, &one)).unwrap_or(ServerState::Missing))
+            };
+            ctx.spawn(work.into_actor(act).map(move |r, act, ctx| match r {
+                Ok(state) => act.observe(&name, &job, state, unix_now(), ctx),
+                Err(RpcError::Boinc { .. }) => act.observe(&name, &job, ServerState::Missing, unix_now(), ctx),
+                // The next regular poll asks again.
+                Err(e) => {
+                    tracing::info!(sequence = %name, "status at the deadline failed: {}", act.key.authenticator.redact_in(&e.to_string()))
+                }
+            }));
         });
     }
 

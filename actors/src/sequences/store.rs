@@ -440,8 +440,11 @@ mod tests {
         assert!(left.exists());
         assert_eq!(sweep_leftovers(dir.path()).unwrap(), 1);
         assert!(!left.exists());
-        let names: Vec<String> =
-            std::fs::read_dir(dir.path().join(CONTENT_DIR)).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> = std::fs::read_dir(dir.path().join(CONTENT_DIR))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
         assert_eq!(names, vec![md5]);
     }
 }
