@@ -34,7 +34,7 @@ fn a_512_mib_input_is_uploaded_in_bounded_memory() {
     std::fs::File::create(&big).unwrap().set_len(SIZE).unwrap();
     let mut g = ready_gahp(&sim, dir.path());
     let before = peak_rss(g.pid());
-    let batch = uppercase_batch("big", &[big.clone()]);
+    let batch = uppercase_batch("big", std::slice::from_ref(&big));
     assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap(), ["NULL"]);
     let peak = peak_rss(g.pid());
     let stored: Vec<u64> = sim.state()["files"]
