@@ -252,4 +252,169 @@ fn batches_left_to_retire_by_a_killed_daemon_are_retired_by_the_next() {
     let mut g = daemon(&sim, dir.path());
     query(&mut g, "tidy");
     all_retired(&sim, "tidy", 3);
+// kill -9 in each phase of a step, on purpose: the daemon is made to sit in
+// that phase by the sim (a hung submit_batch, a host that runs the step for
+// seconds, a hung output download), killed there, restarted on the same
+// state directory, and the sequence is driven to its end.
+
+/// Waits until the sim's fault tally has `key` ("<endpoint> <kind>"): the
+/// daemon's request is then inside that call.
+fn wait_injected(sim: &Sim, key: &str) {
+    let until = Instant::now() + LONG;
+    while sim.state()["faults_injected"][key].as_u64().unwrap_or(0) == 0 {
+        assert!(Instant::now() < until, "no {key} in time");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The sim's jobs of sequence `name`, with their step.
+fn jobs_of_sequence(sim: &Sim, name: &str) -> Vec<(u32, serde_json::Value)> {
+    let prefix = format!("{name}#");
+    sim.state()["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|j| {
+            let rest = j["name"].as_str()?.strip_prefix(&prefix)?;
+            let step = rest.split('#').next()?.parse().ok()?;
+            Some((step, j.clone()))
+        })
+        .collect()
+}
+
+/// The job of `step` (any attempt) is in `status` on the server.
+fn step_status_is(sim: &Sim, name: &str, step: u32, status: &str) -> bool {
+    jobs_of_sequence(sim, name).iter().any(|(s, j)| *s == step && j["status"] == status)
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+/// Drives the restarted daemon to the end and checks what must hold after
+/// any kill: the exact final state, one successful job per step on the
+/// server (none live twice), one job per step and relocation, and no
+/// partial file in the content store or the fetch directory. Returns the
+/// relocations.
+fn finish_after_kill(sim: &Sim, g: &mut GahpClient, dir: &Path, name: &str, steps: u32) -> usize {
+    let r = wait_until(g, name, "completion", |r| r[1] != "RUNNING");
+    assert_eq!((r[1].as_str(), r[2].parse::<u32>().unwrap()), ("COMPLETED", steps), "{r:?}");
+    let out = dir.join(format!("{name}.out"));
+    let (step, state) = fetch_latest(g, name, &out);
+    assert_eq!((step, state), (steps, expected_state(name, steps)));
+    assert_eq!(files_in(&out), ["state"], "only the state file, whole");
+    let leftovers: Vec<String> = files_in(&dir.join("state/sequence-files")).into_iter().filter(|n| n.ends_with(".part")).collect();
+    assert!(leftovers.is_empty(), "partial files in the content store: {leftovers:?}");
+    let relocations: usize = r[6].parse().unwrap();
+    let jobs = jobs_of_sequence(sim, name);
+    assert_eq!(jobs.len(), steps as usize + relocations, "one job per step and relocation: {r:?}");
+    for step in 1..=steps {
+        let done = jobs.iter().filter(|(s, j)| *s == step && j["status"] == "DONE").count();
+        assert_eq!(done, 1, "step {step}: one successful job, no step live twice");
+    }
+    relocations
+}
+
+#[test]
+fn killed_while_a_step_is_being_submitted() {
+    let sim = Sim::start();
+    // Step 3's submit_batch hangs (and is never acted on): its batch exists,
+    // its files are up, its job is not.
+    sim.set_faults(serde_json::json!({
+        "script": [{"endpoint": "submit_rpc_handler.php:submit_batch", "nth": 3, "kind": "hang", "hang_ms": 120000}]
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = daemon(&sim, dir.path());
+    assert_eq!(create(&mut g, dir.path(), "sub", 5, 60, 3, &[]), ["NULL"]);
+    wait_injected(&sim, "submit_rpc_handler.php:submit_batch hang");
+    let batch = sim.batches_named("sub#3#1");
+    assert_eq!(batch.len(), 1, "step 3's batch was created");
+    assert!(sim.jobs_of(batch[0]["id"].as_i64().unwrap()).is_empty(), "and holds no job yet");
+    assert_eq!(query(&mut g, "sub")[4], "3", "the daemon is on step 3");
+    g.kill();
+    sim.set_faults(serde_json::json!({}));
+    let mut g = daemon(&sim, dir.path());
+    let relocations = finish_after_kill(&sim, &mut g, dir.path(), "sub", 5);
+    assert_eq!(relocations, 0, "the empty batch was reused, not abandoned");
+    assert_eq!(sim.batches_named("sub#3#1").len(), 1, "and not made twice");
+}
+
+#[test]
+fn killed_while_a_step_is_running() {
+    let sim = Sim::start();
+    // Every step takes 3 s on its host (0.1 s times 30).
+    for id in 1..=4 {
+        set_host(&sim, &format!("{{\"id\": {id}, \"straggler_rate\": 1.0, \"straggler_factor\": 30}}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = daemon(&sim, dir.path());
+    assert_eq!(create(&mut g, dir.path(), "run", 3, 60, 3, &[]), ["NULL"]);
+    let until = Instant::now() + LONG;
+    while !step_status_is(&sim, "run", 2, "IN_PROGRESS") {
+        assert!(Instant::now() < until, "step 2 never ran");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Two polls: the daemon has seen the step running.
+    std::thread::sleep(Duration::from_millis(400));
+    let r = query(&mut g, "run");
+    assert_eq!((r[2].as_str(), r[4].as_str()), ("1", "2"), "{r:?}");
+    assert!(step_status_is(&sim, "run", 2, "IN_PROGRESS"), "still running at the kill");
+    g.kill();
+    let mut g = daemon(&sim, dir.path());
+    let relocations = finish_after_kill(&sim, &mut g, dir.path(), "run", 3);
+    assert_eq!(relocations, 0, "the running job was watched again, not replaced");
+}
+
+#[test]
+fn killed_while_a_step_is_being_fetched() {
+    let sim = Sim::start();
+    // Outputs are downloaded `state` then `DONE` (absent) per step: the
+    // third download is step 2's state, and it hangs.
+    sim.set_faults(serde_json::json!({
+        "script": [{"endpoint": "get_output.php:workunit_file", "nth": 3, "kind": "hang", "hang_ms": 120000}]
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = daemon(&sim, dir.path());
+    assert_eq!(create(&mut g, dir.path(), "fetch", 4, 60, 3, &[]), ["NULL"]);
+    wait_injected(&sim, "get_output.php:workunit_file hang");
+    assert!(step_status_is(&sim, "fetch", 2, "DONE"), "step 2 finished on the server");
+    let r = query(&mut g, "fetch");
+    assert_eq!((r[2].as_str(), r[4].as_str()), ("1", "2"), "but is not collected yet: {r:?}");
+    let partial: Vec<String> = files_in(&dir.path().join("state/sequence-files")).into_iter().filter(|n| n.ends_with(".part")).collect();
+    assert_eq!(partial.len(), 1, "the download's temporary file: {partial:?}");
+    g.kill();
+    sim.set_faults(serde_json::json!({}));
+    let mut g = daemon(&sim, dir.path());
+    let relocations = finish_after_kill(&sim, &mut g, dir.path(), "fetch", 4);
+    assert_eq!(relocations, 0, "a finished step is collected, not run again");
+}
+
+#[test]
+fn a_missed_deadline_is_acted_on_at_the_deadline_not_at_the_next_poll() {
+    let sim = Sim::start();
+    // Host 1 (the first free one, so step 1's first attempt's) never
+    // finishes; the replacement runs on another host.
+    set_host(&sim, "{\"id\": 1, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}");
+    let dir = tempfile::tempdir().unwrap();
+    // Polls 3 s apart, a 1 s step time: a poll would see the miss up to
+    // 2 s after the deadline.
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "sequence_poll_ms = 3000\n").unwrap();
+    let mut g = gahp_with(dir.path(), &["--config", config.to_str().unwrap()], &[]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
+    assert_eq!(create(&mut g, dir.path(), "late", 1, 1, 3, &[]), ["NULL"]);
+    let r = wait_until(&mut g, "late", "completion", |r| r[1] != "RUNNING");
+    assert_eq!((r[1].as_str(), r[2].as_str(), r[6].as_str()), ("COMPLETED", "1", "1"), "{r:?}");
+    assert_eq!(r[12], "deadline missed", "{r:?}");
+    let log = log_text(dir.path());
+    let late: Vec<i64> = log
+        .lines()
+        .filter(|l| l.contains("replacement of a late step submitted"))
+        .filter_map(|l| l.split("since_deadline_ms=").nth(1)?.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(late.len(), 1, "{log}");
+    assert!((0..1000).contains(&late[0]), "replacement submitted {} ms after the deadline", late[0]);
 }

@@ -221,6 +221,11 @@ pub fn start_daemon(
     output.flush()?;
 
     let db = StateDb::open(&config.state_dir)?;
+    match crate::sequences::store::sweep_leftovers(&config.state_dir) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(files = n, "removed temporary files a killed daemon left in the sequence content store"),
+        Err(e) => tracing::warn!("can't sweep the sequence content store: {e}"),
+    }
     let stager = FileStager::new(db.clone(), config.hash_threads).start();
     let queue = ResultQueue::default().start();
     let projects = Projects::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();

@@ -66,6 +66,8 @@ pub struct RunReport {
     pub leases: usize,
     pub retired: usize,
     pub blah_jobs: usize,
+    /// Batches submitted with the pool selected.
+    pub pool_batches: usize,
     pub sequences: usize,
     pub sequence_steps: usize,
     pub relocations: usize,
@@ -99,7 +101,12 @@ struct Run<'a> {
     report: RunReport,
     inputs: PathBuf,
     shared_input: PathBuf,
+    /// What BOINC_SELECT_PROJECT names for lane [`POOL_LANE`].
+    pool: String,
 }
+
+/// The lane after the proxy's two: both of them as one pool.
+const POOL_LANE: usize = LANES.len();
 
 fn io_err(e: impl std::fmt::Display) -> String {
     e.to_string()
@@ -127,6 +134,16 @@ pub fn run(spec: &RunSpec) -> Result<RunReport, String> {
         ),
     )
     .map_err(io_err)?;
+    // Both proxy lanes as one pool of two projects: the broker places a
+    // batch on one of them (both reach the same server, so the truth is
+    // one), and its later commands follow it there.
+    let pool = spec.dir.join("pool.toml");
+    let auth_file = std::fs::canonicalize(&spec.auth_file).map_err(|e| format!("{}: {e}", spec.auth_file.display()))?;
+    let projects: String = LANES
+        .iter()
+        .map(|l| format!("[[project]]\nname = \"{l}\"\nurl = \"{}\"\nauthenticator_file = \"{}\"\n", proxy.lane_url(l), auth_file.display()))
+        .collect();
+    std::fs::write(&pool, format!("refresh_secs = 5\nprobe_timeout_secs = 10\n{projects}")).map_err(io_err)?;
     let daemon = DaemonSpec { exe: spec.gahp_exe.clone(), dir: spec.dir.clone(), rpc_timeout, config };
     let g = daemon.start().map_err(|e| format!("starting the daemon: {e}"))?;
     let inputs = spec.dir.join("inputs");
@@ -144,6 +161,7 @@ pub fn run(spec: &RunSpec) -> Result<RunReport, String> {
         report: RunReport { seed: spec.seed, dir: spec.dir.clone(), ..Default::default() },
         inputs,
         shared_input,
+        pool: format!("pool:{}", pool.display()),
     };
     select(&mut run.g, &run.proxy.lane_url(LANES[0]), &spec.auth).map_err(io_err)?;
     let outcome = run.workload();
@@ -203,15 +221,22 @@ impl Run<'_> {
     fn restart(&mut self) -> Result<(), String> {
         self.g = self.daemon.start().map_err(|e| format!("restarting the daemon: {e}"))?;
         self.report.restarts += 1;
-        let url = self.proxy.lane_url(LANES[self.lane]);
-        select(&mut self.g, &url, &self.spec.auth).map_err(io_err)
+        self.select_lane(self.lane)
+    }
+
+    /// Selects a proxy lane's project, or the pool of both.
+    fn select_lane(&mut self, lane: usize) -> Result<(), String> {
+        let (url, auth) = match LANES.get(lane) {
+            Some(l) => (self.proxy.lane_url(l), self.spec.auth.clone()),
+            None => (self.pool.clone(), Authenticator::new("-")),
+        };
+        select(&mut self.g, &url, &auth).map_err(io_err)
     }
 
     fn switch_lane(&mut self, lane: usize) -> Result<(), String> {
         if lane != self.lane {
             self.lane = lane;
-            let url = self.proxy.lane_url(LANES[lane]);
-            select(&mut self.g, &url, &self.spec.auth).map_err(io_err)?;
+            self.select_lane(lane)?;
         }
         Ok(())
     }
@@ -253,7 +278,8 @@ impl Run<'_> {
             i += wave.len();
             let mut sent = Vec::new();
             for &b in &wave {
-                let lane = if self.rng.gen_bool(0.2) { 1 - self.lane } else { self.lane };
+                // Now and then to the next lane: a, b, the pool of both.
+                let lane = if self.rng.gen_bool(0.2) { (self.lane + 1) % (POOL_LANE + 1) } else { self.lane };
                 self.switch_lane(lane)?;
                 let req = self.make_batch(b)?;
                 self.report.jobs += req.jobs.len();
@@ -278,6 +304,7 @@ impl Run<'_> {
             }
         }
         self.report.batches = plans.len();
+        self.report.pool_batches = plans.iter().filter(|p| p.lane == POOL_LANE).count();
         self.check_submits(&plans)?;
 
         // Aborts of a job now and then, leases on some batches.

@@ -9,18 +9,21 @@
 //! after a lost reply the caller must first ask the server what happened
 //! (see `submit_pipeline.rs`), so a retry never creates anything twice.
 
+use std::io;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use awc::body::SizedStream;
 use awc::http::{header, StatusCode};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use futures_util::stream::LocalBoxStream;
 use futures_util::StreamExt;
 use gahp_protocol::boinc::{reply, ReplyError, Script};
 use rand::Rng;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
 use crate::config::DaemonConfig;
@@ -91,11 +94,16 @@ enum Retry {
     Once,
 }
 
-/// A file part of an upload_files request.
+/// A file part of an upload_files request. Its content is streamed from
+/// `path` while the request is sent, so a file larger than memory uploads
+/// in bounded memory.
 #[derive(Debug, Clone)]
 pub struct Attachment {
     pub filename: String,
-    pub content: Bytes,
+    pub path: PathBuf,
+    /// The length announced for the part; a file that is not exactly this
+    /// long when it is read fails the request (never a torn upload).
+    pub size: u64,
 }
 
 /// A reply parser of the protocol crate.
@@ -390,26 +398,79 @@ fn classify_status(status: StatusCode) -> Result<(), Attempt> {
 
 /// A multipart/form-data body as BOINC's C client sends it: the XML in the
 /// field `request`, then one part per file, paired with names by position.
-fn multipart(xml: &str, files: &[Attachment]) -> (String, Bytes) {
+/// Its length is known up front (sent as Content-Length, as curl does); the
+/// files are read in chunks as the connection takes them.
+fn multipart(xml: &str, files: &[Attachment]) -> (String, SizedStream<LocalBoxStream<'static, io::Result<Bytes>>>) {
     let boundary = format!("------------------------{:016x}", rand::random::<u64>());
-    let size = xml.len() + files.iter().map(|f| f.content.len() + 200).sum::<usize>() + 200;
-    let mut body = Vec::with_capacity(size);
-    body.extend_from_slice(format!("--{boundary}\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n").as_bytes());
-    body.extend_from_slice(xml.as_bytes());
-    body.extend_from_slice(b"\r\n");
+    let mut parts: Vec<Part> = Vec::with_capacity(2 * files.len() + 2);
+    let mut head = format!("--{boundary}\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n").into_bytes();
+    head.extend_from_slice(xml.as_bytes());
+    head.extend_from_slice(b"\r\n");
     for (i, f) in files.iter().enumerate() {
         let filename: String = f.filename.chars().map(|c| if c == '"' || c.is_control() { '_' } else { c }).collect();
-        body.extend_from_slice(
+        head.extend_from_slice(
             format!(
                 "--{boundary}\r\nContent-Disposition: form-data; name=\"file_{i}\"; filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
             )
             .as_bytes(),
         );
-        body.extend_from_slice(&f.content);
-        body.extend_from_slice(b"\r\n");
+        parts.push(Part::Bytes(Bytes::from(std::mem::take(&mut head))));
+        parts.push(Part::File { path: f.path.clone(), size: f.size });
+        head.extend_from_slice(b"\r\n");
     }
-    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    (format!("multipart/form-data; boundary={boundary}"), Bytes::from(body))
+    head.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    parts.push(Part::Bytes(Bytes::from(head)));
+    let length = parts.iter().map(Part::len).sum();
+    let body = futures_util::stream::iter(parts).flat_map(Part::into_stream).boxed_local();
+    (format!("multipart/form-data; boundary={boundary}"), SizedStream::new(length, body))
+}
+
+/// A piece of a multipart body.
+enum Part {
+    Bytes(Bytes),
+    File { path: PathBuf, size: u64 },
+}
+
+/// Bytes read from a file per chunk of an upload.
+const UPLOAD_CHUNK: usize = 256 << 10;
+
+impl Part {
+    fn len(&self) -> u64 {
+        match self {
+            Part::Bytes(b) => b.len() as u64,
+            Part::File { size, .. } => *size,
+        }
+    }
+
+    fn into_stream(self) -> LocalBoxStream<'static, io::Result<Bytes>> {
+        match self {
+            Part::Bytes(b) => futures_util::stream::once(async move { Ok(b) }).boxed_local(),
+            Part::File { path, size } => file_chunks(path, size).boxed_local(),
+        }
+    }
+}
+
+/// The `size` bytes of the file at `path`, in chunks; an error if the file
+/// is shorter or longer than that by the time it is read.
+fn file_chunks(path: PathBuf, size: u64) -> impl futures_util::Stream<Item = io::Result<Bytes>> {
+    futures_util::stream::try_unfold((None, path, size), |(file, path, left): (Option<tokio::fs::File>, PathBuf, u64)| async move {
+        let mut file = match file {
+            Some(f) => f,
+            None => tokio::fs::File::open(&path).await?,
+        };
+        let changed = || io::Error::other(format!("{} changed size while it was being uploaded", path.display()));
+        if left == 0 {
+            let mut probe = [0u8; 1];
+            return if file.read(&mut probe).await? == 0 { Ok(None) } else { Err(changed()) };
+        }
+        let mut buf = BytesMut::zeroed(left.min(UPLOAD_CHUNK as u64) as usize);
+        let n = file.read(&mut buf).await?;
+        if n == 0 {
+            return Err(changed());
+        }
+        buf.truncate(n);
+        Ok(Some((buf.freeze(), (Some(file), path, left - n as u64))))
+    })
 }
 
 /// Web roots plus the CA files HTCondor passes in GAHP_SSL_CAFILE/CADIR.

@@ -20,7 +20,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use bytes::Bytes;
 use gahp_protocol::boinc::{reply, request, BatchInfo, Script, SubmitJob, SubmitParams, Templates};
 use gahp_protocol::gahp::{ParamValue, SubmitBatch};
 
@@ -408,11 +407,12 @@ impl Run {
             let mut attachments = Vec::with_capacity(todo.len());
             for name in &todo {
                 let f = files[name.as_str()];
-                let content = tokio::fs::read(&f.path)
-                    .await
-                    .map_err(|e| SubmitError::LocalFile(format!("can't read input file {}: {e}", f.path.display())))?;
+                // Opened here so that an unreadable file fails now, as a
+                // local error; its content is streamed when the call is sent.
+                let cant_read = |e: std::io::Error| SubmitError::LocalFile(format!("can't read input file {}: {e}", f.path.display()));
+                let size = tokio::fs::File::open(&f.path).await.map_err(cant_read)?.metadata().await.map_err(cant_read)?.len();
                 let filename = f.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                attachments.push(Attachment { filename, content: Bytes::from(content) });
+                attachments.push(Attachment { filename, path: f.path.clone(), size });
             }
             let xml = request::upload_files(auth, batch_id, &todo);
             match self.rpc.once(Script::JobFile, xml, attachments, reply::parse_upload_files, self.deadline).await {

@@ -68,10 +68,18 @@ fn local(e: impl std::fmt::Display) -> SequenceError {
     SequenceError::Local(e.to_string())
 }
 
+/// Connections of the lane for status polls and relocations.
+const URGENT_RPCS: usize = 2;
+
 pub struct SequenceRelocator {
     key: ProjectKey,
     config: Arc<DaemonConfig>,
     rpc: Addr<RpcClient>,
+    /// A lane of its own for status polls and relocations (the abort and the
+    /// replacement's submit): with hundreds of sequences, the routine step
+    /// traffic queues for the project's connections, and a replacement
+    /// waiting behind it would start seconds after its step's deadline.
+    urgent: Addr<RpcClient>,
     stager: Addr<FileStager>,
     store: SequenceStore,
     seqs: HashMap<String, SequenceRecord>,
@@ -81,24 +89,35 @@ pub struct SequenceRelocator {
     /// Sequences with an RPC or file work in flight.
     busy: HashSet<String>,
     polling: bool,
+    /// Live attempts with a timer at their deadline (job names).
+    timed: HashSet<String>,
     templates: HashMap<String, Templates>,
+    /// Attempts that replace one that missed its deadline, by job name:
+    /// that deadline (seconds since the epoch), to log how long the
+    /// replacement took to reach the server.
+    replacing_late: HashMap<String, f64>,
 }
 
 impl SequenceRelocator {
     pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, rpc: Addr<RpcClient>, stager: Addr<FileStager>, db: StateDb) -> Self {
         let account = key.account();
         let store = SequenceStore::new(db, &config.state_dir, &key.url, &account);
+        let lane = DaemonConfig { max_concurrent_rpcs: URGENT_RPCS, ..(*config).clone() };
+        let urgent = RpcClient::new(key.clone(), Arc::new(lane)).start();
         SequenceRelocator {
             key,
             config,
             rpc,
+            urgent,
             stager,
             store,
             seqs: HashMap::new(),
             unsubmitted: HashSet::new(),
             busy: HashSet::new(),
             polling: false,
+            timed: HashSet::new(),
             templates: HashMap::new(),
+            replacing_late: HashMap::new(),
         }
     }
 
@@ -114,9 +133,17 @@ impl SequenceRelocator {
         Instant::now() + self.config.command_timeout
     }
 
-    /// One round: start due steps, submit what is not on the server, poll
-    /// the rest and act on what the poll says.
+    /// One round, every `sequence_poll`: [`advance`](Self::advance), then
+    /// poll the live steps and act on what the poll says.
     fn tick(&mut self, ctx: &mut Context<Self>) {
+        self.advance(ctx);
+        self.poll(ctx);
+    }
+
+    /// Starts due steps and submits what is not on the server. Called after
+    /// anything that may make a step due; it does not poll (polls keep to
+    /// their interval, and to the deadlines of late steps).
+    fn advance(&mut self, ctx: &mut Context<Self>) {
         let now = unix_now();
         let names: Vec<String> = self.seqs.keys().filter(|n| !self.busy.contains(*n)).cloned().collect();
         for name in names {
@@ -140,7 +167,6 @@ impl SequenceRelocator {
                 self.submit(name, ctx);
             }
         }
-        self.poll(ctx);
     }
 
     fn submit(&mut self, name: String, ctx: &mut Context<Self>) {
@@ -150,8 +176,10 @@ impl SequenceRelocator {
         let job = decide::job_name(&name, live.step, live.attempt);
         let def = rec.def.clone();
         let app = def.app_name.clone();
+        // A replacement (attempt 2 on) takes the urgent lane.
+        let lane = if live.attempt > 1 { &self.urgent } else { &self.rpc };
         let (store, stager, rpc, key, config) =
-            (self.store.clone(), self.stager.clone(), self.rpc.clone(), self.key.clone(), self.config.clone());
+            (self.store.clone(), self.stager.clone(), lane.clone(), self.key.clone(), self.config.clone());
         let db = self.store.db().clone();
         let templates = self.templates.get(&def.app_name).cloned();
         let deadline = self.deadline();
@@ -194,6 +222,19 @@ impl SequenceRelocator {
                 Ok(templates) => {
                     act.templates.insert(app, templates);
                     act.unsubmitted.remove(&name);
+                    // The grace of a step never sent runs from when it
+                    // reached the server, not from when it was due (the
+                    // submit may have queued for connections).
+                    let same = |l: &LiveAttempt| l.step == live.step && l.attempt == live.attempt && l.first_in_progress.is_none();
+                    if let Some(l) = act.seqs.get_mut(&name).and_then(|r| r.live.as_mut()).filter(|l| same(l)) {
+                        l.submitted = unix_now();
+                        act.save(&name);
+                    }
+                    let job = decide::job_name(&name, live.step, live.attempt);
+                    if let Some(deadline) = act.replacing_late.remove(&job) {
+                        let since_deadline_ms = ((unix_now() - deadline) * 1000.0).round() as i64;
+                        tracing::info!(sequence = %name, step = live.step, attempt = live.attempt, since_deadline_ms, "replacement of a late step submitted");
+                    }
                     let still_running = act.seqs.get(&name).is_some_and(|r| r.phase == Phase::Running);
                     if !still_running {
                         // Stopped or aborted while the submit was under way.
@@ -267,7 +308,7 @@ impl SequenceRelocator {
             return;
         }
         self.polling = true;
-        let (rpc, auth, deadline) = (self.rpc.clone(), self.key.authenticator.clone(), self.deadline());
+        let (rpc, auth, deadline) = (self.urgent.clone(), self.key.authenticator.clone(), self.deadline());
         let work = async move {
             let names: Vec<String> = jobs.iter().map(|(_, j)| j.clone()).collect();
             let states = match rpc
@@ -312,6 +353,53 @@ impl SequenceRelocator {
         }));
     }
 
+    /// Asks for `job`'s status at its deadline (seconds since the epoch) if
+    /// it is still live then, so that a missed deadline is acted on at once
+    /// rather than at the next regular poll (up to a poll interval later).
+    fn poll_at_deadline(&mut self, name: &str, job: String, deadline: f64, ctx: &mut Context<Self>) {
+        if !self.timed.insert(job.clone()) {
+            return;
+        }
+        // A hair after it: the verdict needs the deadline passed.
+        let wait = std::time::Duration::from_secs_f64((deadline - unix_now()).max(0.0) + 0.001);
+        let name = name.to_string();
+        ctx.run_later(wait, move |act, ctx| {
+            act.timed.remove(&job);
+            let still_live = act
+                .seqs
+                .get(&name)
+                .is_some_and(|r| r.phase == Phase::Running && r.live.is_some_and(|l| decide::job_name(&name, l.step, l.attempt) == job));
+            if !still_live {
+                return;
+            }
+            if act.busy.contains(&name) {
+                return;
+            }
+            // This job alone: a poll of every live step may be under way
+            // and takes longer.
+            let (rpc, auth, deadline) = (act.urgent.clone(), act.key.authenticator.clone(), act.deadline());
+            let one = job.clone();
+            let work = async move {
+                rpc.idempotent(
+                    Script::SubmitRpcHandler,
+                    request::query_batch2(&auth, 0.0, std::slice::from_ref(&one)),
+                    reply::parse_query_batch2,
+                    deadline,
+                )
+                .await
+                .map(|s| s.batches.first().map(|g| job_state(g, &one)).unwrap_or(ServerState::Missing))
+            };
+            ctx.spawn(work.into_actor(act).map(move |r, act, ctx| match r {
+                Ok(state) => act.observe(&name, &job, state, unix_now(), ctx),
+                Err(RpcError::Boinc { .. }) => act.observe(&name, &job, ServerState::Missing, unix_now(), ctx),
+                // The next regular poll asks again.
+                Err(e) => {
+                    tracing::info!(sequence = %name, "status at the deadline failed: {}", act.key.authenticator.redact_in(&e.to_string()))
+                }
+            }));
+        });
+    }
+
     /// Applies one polled status and acts on the verdict.
     fn observe(&mut self, name: &str, job: &str, state: ServerState, now: f64, ctx: &mut Context<Self>) {
         if self.busy.contains(name) {
@@ -336,7 +424,11 @@ impl SequenceRelocator {
         };
         let failures = rec.dead.iter().filter(|d| d.step == live.step && d.reason != STOPPED).count() as u32;
         match judge(&live, &limits, failures, now) {
-            Next::Wait => {}
+            Next::Wait => {
+                if let Some(seen) = live.first_in_progress {
+                    self.poll_at_deadline(name, job.to_string(), seen + limits.max_step_time, ctx);
+                }
+            }
             Next::Collect => self.collect(name.to_string(), live, ctx),
             Next::Relocate { why, attempt } => self.relocate(name.to_string(), live, why, Some(attempt), ctx),
             Next::Fail { why } => self.relocate(name.to_string(), live, why, None, ctx),
@@ -348,7 +440,7 @@ impl SequenceRelocator {
     fn relocate(&mut self, name: String, live: LiveAttempt, why: Relocation, next: Option<u32>, ctx: &mut Context<Self>) {
         self.busy.insert(name.clone());
         let job = decide::job_name(&name, live.step, live.attempt);
-        let (rpc, auth, deadline) = (self.rpc.clone(), self.key.authenticator.clone(), self.deadline());
+        let (rpc, auth, deadline) = (self.urgent.clone(), self.key.authenticator.clone(), self.deadline());
         let work = async move {
             rpc.idempotent(Script::SubmitRpcHandler, request::abort_jobs(&auth, &[job]), reply::parse_success, deadline).await
         };
@@ -383,6 +475,10 @@ impl SequenceRelocator {
                         server: ServerState::Unknown,
                     });
                     act.unsubmitted.insert(name.clone());
+                    if let (Relocation::DeadlineMissed, Some(seen)) = (&why, live.first_in_progress) {
+                        let deadline = seen + f64::from(rec.def.max_step_time);
+                        act.replacing_late.insert(decide::job_name(&name, live.step, attempt), deadline);
+                    }
                     tracing::info!(sequence = %name, step = live.step, attempt, "relocating: {}", why.reason());
                 }
                 None => {
@@ -402,7 +498,7 @@ impl SequenceRelocator {
                     tracing::error!(sequence = %name, "can't record a dead branch: {e}");
                 }
             }
-            act.tick(ctx);
+            act.advance(ctx);
         }));
     }
 
@@ -493,7 +589,7 @@ impl SequenceRelocator {
                 }
             }
             act.clean_up(None, retire, ctx);
-            act.tick(ctx);
+            act.advance(ctx);
         }));
     }
 
@@ -529,6 +625,7 @@ impl SequenceRelocator {
                 Vec::new()
             };
             self.unsubmitted.remove(name);
+            self.replacing_late.remove(&decide::job_name(name, live.step, live.attempt));
             self.clean_up(Some(decide::job_name(name, live.step, live.attempt)), retire, ctx);
         } else {
             self.store.save(rec).map_err(local)?;
@@ -646,7 +743,7 @@ impl Handler<CreateSequence> for SequenceRelocator {
                 self.save(&name);
             }
             return Box::pin(fut::ready(r).map(|r, act: &mut Self, ctx| {
-                act.tick(ctx);
+                act.advance(ctx);
                 r
             }));
         }
@@ -690,7 +787,7 @@ impl Handler<CreateSequence> for SequenceRelocator {
         Box::pin(work.into_actor(self).map(|r, act, ctx| {
             let rec = r?;
             act.seqs.insert(rec.def.name.clone(), rec);
-            act.tick(ctx);
+            act.advance(ctx);
             Ok(())
         }))
     }
@@ -718,7 +815,7 @@ impl Handler<ExtendSequence> for SequenceRelocator {
             rec.phase = Phase::Running;
         }
         self.store.save(rec).map_err(local)?;
-        self.tick(ctx);
+        self.advance(ctx);
         Ok(())
     }
 }
@@ -737,7 +834,7 @@ impl Handler<EndSequence> for SequenceRelocator {
         if !rec.phase.finished() {
             rec.ended = true;
             self.store.save(rec).map_err(local)?;
-            self.tick(ctx);
+            self.advance(ctx);
         }
         Ok(())
     }

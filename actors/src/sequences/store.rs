@@ -162,6 +162,17 @@ pub struct SequenceStore {
     files: PathBuf,
 }
 
+/// The content store, under the state directory.
+const CONTENT_DIR: &str = "sequence-files";
+
+/// Removes the temporary files (`.<name>.<random>.part`) that a daemon
+/// killed while writing into the content store left there; returns how
+/// many. Called at start, so that they go even if nothing is written there
+/// again (see [`atomic_file::sweep_abandoned`]).
+pub fn sweep_leftovers(state_dir: &Path) -> io::Result<usize> {
+    Ok(atomic_file::sweep_abandoned(&state_dir.join(CONTENT_DIR), std::time::SystemTime::now()))
+}
+
 fn sql(e: rusqlite::Error) -> io::Error {
     io::Error::other(e)
 }
@@ -172,7 +183,7 @@ impl SequenceStore {
     }
 
     pub fn new(db: StateDb, state_dir: &Path, project: &str, account: &str) -> Self {
-        SequenceStore { db, project: project.into(), account: account.into(), files: state_dir.join("sequence-files") }
+        SequenceStore { db, project: project.into(), account: account.into(), files: state_dir.join(CONTENT_DIR) }
     }
 
     /// The content store's copy of a file.
@@ -448,5 +459,27 @@ mod tests {
         assert_eq!(again.state_before("s", 3, &["state".into()]).unwrap(), vec![StepFile { name: "state".into(), md5 }]);
         let other = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "another");
         assert!(other.load_all().unwrap().is_empty(), "another account sees none of them");
+    }
+
+    #[test]
+    fn leftovers_of_a_killed_daemon_are_swept_and_kept_files_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(sweep_leftovers(dir.path()).unwrap(), 0, "no content store yet");
+        let store = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "acct");
+        let src = dir.path().join("init");
+        std::fs::write(&src, b"counter 0\n").unwrap();
+        let md5 = store.keep(&src).unwrap();
+        // What a kill -9 mid-download leaves: the temporary file, not persisted.
+        let tmp = atomic_file::temp_beside(&store.content_path("incoming")).unwrap();
+        let (_, left) = tmp.keep().unwrap();
+        assert!(left.exists());
+        assert_eq!(sweep_leftovers(dir.path()).unwrap(), 1);
+        assert!(!left.exists());
+        let names: Vec<String> = std::fs::read_dir(dir.path().join(CONTENT_DIR))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, vec![md5]);
     }
 }
