@@ -252,6 +252,8 @@ fn batches_left_to_retire_by_a_killed_daemon_are_retired_by_the_next() {
     let mut g = daemon(&sim, dir.path());
     query(&mut g, "tidy");
     all_retired(&sim, "tidy", 3);
+}
+
 // kill -9 in each phase of a step, on purpose: the daemon is made to sit in
 // that phase by the sim (a hung submit_batch, a host that runs the step for
 // seconds, a hung output download), killed there, restarted on the same

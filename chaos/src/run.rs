@@ -141,7 +141,9 @@ pub fn run(spec: &RunSpec) -> Result<RunReport, String> {
     let auth_file = std::fs::canonicalize(&spec.auth_file).map_err(|e| format!("{}: {e}", spec.auth_file.display()))?;
     let projects: String = LANES
         .iter()
-        .map(|l| format!("[[project]]\nname = \"{l}\"\nurl = \"{}\"\nauthenticator_file = \"{}\"\n", proxy.lane_url(l), auth_file.display()))
+        .map(|l| {
+            format!("[[project]]\nname = \"{l}\"\nurl = \"{}\"\nauthenticator_file = \"{}\"\n", proxy.lane_url(l), auth_file.display())
+        })
         .collect();
     std::fs::write(&pool, format!("refresh_secs = 5\nprobe_timeout_secs = 10\n{projects}")).map_err(io_err)?;
     let daemon = DaemonSpec { exe: spec.gahp_exe.clone(), dir: spec.dir.clone(), rpc_timeout, config };
@@ -313,6 +315,9 @@ impl Run<'_> {
             if !p.ok {
                 continue;
             }
+            // A job's later commands name the project (or pool) it was
+            // submitted to, as its grid_resource does.
+            self.switch_lane(p.lane)?;
             if self.rng.gen_bool(0.15) {
                 let job = p.req.jobs[self.rng.gen_range(0..p.req.jobs.len())].name.clone();
                 let r = self.call(AsyncCommand::AbortJobs { jobs: vec![job.clone()] })?;
@@ -391,19 +396,47 @@ impl Run<'_> {
     /// Queries with min_mod_time as the gridmanager does (0, then the
     /// server time it got back) until every job is DONE or ERROR.
     fn wait_finished(&mut self, plans: &[BatchPlan]) -> Result<HashMap<String, String>, String> {
-        let names: Vec<String> = plans.iter().filter(|p| p.ok).map(|p| p.req.batch_name.clone()).collect();
         let mut status: HashMap<String, String> = HashMap::new();
-        if names.is_empty() {
-            return Ok(status);
-        }
-        let expected: HashMap<String, &str> = plans
-            .iter()
-            .filter(|p| p.ok)
-            .flat_map(|p| p.req.jobs.iter().map(move |j| (j.name.clone(), p.req.batch_name.as_str())))
-            .collect();
         let until = Instant::now() + self.spec.finish_wait;
-        let mut min_mod_time = "0".to_string();
+        // One query per lane: a batch is asked after where it was submitted.
+        let mut min_mod_time: HashMap<usize, String> = HashMap::new();
         loop {
+            let mut done = true;
+            for lane in 0..=POOL_LANE {
+                let mine: Vec<&BatchPlan> = plans.iter().filter(|p| p.ok && p.lane == lane).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                self.switch_lane(lane)?;
+                let since = min_mod_time.entry(lane).or_insert_with(|| "0".into()).clone();
+                let (finished, next) = self.query_lane(&mine, &since, &mut status)?;
+                min_mod_time.insert(lane, next);
+                done &= finished;
+            }
+            if done {
+                return Ok(status);
+            }
+            if Instant::now() > until {
+                self.report.skipped.push("some jobs did not finish in time; their outputs were not fetched".into());
+                return Ok(status);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// One BOINC_QUERY_BATCHES of these batches since `min_mod_time`:
+    /// whether all their jobs are DONE or ERROR, and the next min_mod_time.
+    fn query_lane(
+        &mut self,
+        plans: &[&BatchPlan],
+        min_mod_time: &str,
+        status: &mut HashMap<String, String>,
+    ) -> Result<(bool, String), String> {
+        let names: Vec<String> = plans.iter().map(|p| p.req.batch_name.clone()).collect();
+        let expected: HashMap<String, &str> =
+            plans.iter().flat_map(|p| p.req.jobs.iter().map(move |j| (j.name.clone(), p.req.batch_name.as_str()))).collect();
+        let mut next = min_mod_time.to_string();
+        {
             let r = self.call(AsyncCommand::QueryBatches { min_mod_time: min_mod_time.parse().unwrap_or(0.0), batches: names.clone() })?;
             self.report.queries += 1;
             if r.first().map(String::as_str) == Some("NULL") && r.len() >= 2 {
@@ -430,18 +463,11 @@ impl Run<'_> {
                 if group != names.len() {
                     self.violation(format!("query of {} batches returned {group} groups", names.len()));
                 }
-                min_mod_time = r[1].clone();
+                next = r[1].clone();
             }
-            let done = expected.keys().all(|j| status.get(j).is_some_and(|s| s == "DONE" || s == "ERROR"));
-            if done {
-                return Ok(status);
-            }
-            if Instant::now() > until {
-                self.report.skipped.push("some jobs did not finish in time; their outputs were not fetched".into());
-                return Ok(status);
-            }
-            std::thread::sleep(Duration::from_millis(500));
         }
+        let done = expected.keys().all(|j| status.get(j).is_some_and(|s| s == "DONE" || s == "ERROR"));
+        Ok((done, next))
     }
 
     /// What the daemon reported equals what the server holds.
@@ -468,19 +494,18 @@ impl Run<'_> {
     fn fetch_all(&mut self, plans: &[BatchPlan], statuses: &HashMap<String, String>, kill: bool) -> Result<(), String> {
         let out_dir = self.spec.dir.join("outputs");
         std::fs::create_dir_all(&out_dir).map_err(io_err)?;
-        let done: Vec<String> = plans
+        let done: Vec<(String, usize)> = plans
             .iter()
             .filter(|p| p.ok)
-            .flat_map(|p| p.req.jobs.iter().map(|j| j.name.clone()))
-            .filter(|j| statuses.get(j).is_some_and(|s| s == "DONE"))
+            .flat_map(|p| p.req.jobs.iter().map(|j| (j.name.clone(), p.lane)))
+            .filter(|(j, _)| statuses.get(j).is_some_and(|s| s == "DONE"))
             .collect();
         let kill_after = kill.then(|| self.rng.gen_range(0..done.len().max(1)));
         let mut expected_files = BTreeSet::new();
         for (chunk_no, chunk) in done.chunks(4).enumerate() {
             let mut pending = Vec::new();
-            for job in chunk {
-                let lane = self.rng.gen_range(0..LANES.len());
-                self.switch_lane(lane)?;
+            for (job, lane) in chunk {
+                self.switch_lane(*lane)?;
                 let dst = format!("{}.out", job.replace('#', "_"));
                 expected_files.insert(dst.clone());
                 let fetch = FetchOutput {
@@ -687,6 +712,10 @@ impl Run<'_> {
             self.report.skipped.push("work sequences: the stepper app is the simulated project's".into());
             return Ok(());
         }
+        // A sequence runs on one project, not on a pool.
+        if self.lane == POOL_LANE {
+            self.switch_lane(0)?;
+        }
         // Its own RNG: the other lanes' decisions stay as they were.
         let mut rng = StdRng::seed_from_u64(self.spec.seed ^ 0x5e9_5e9);
         let mut planned = Vec::new();
@@ -813,8 +842,9 @@ impl Run<'_> {
     /// Retires every batch it created, a closed stdin in the middle; the
     /// server must then hold them all retired.
     fn retire_all(&mut self, plans: &[BatchPlan]) -> Result<(), String> {
-        let names: Vec<String> = plans.iter().map(|p| p.req.batch_name.clone()).collect();
-        for name in &names {
+        for p in plans {
+            self.switch_lane(p.lane)?;
+            let name = &p.req.batch_name;
             let r = self.call(AsyncCommand::RetireBatch { batch: name.clone() })?;
             if r.first().map(String::as_str) == Some("NULL") {
                 self.report.retired += 1;
