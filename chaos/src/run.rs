@@ -666,12 +666,15 @@ impl Run<'_> {
                 if s.first().map(String::as_str) == Some("0") && code == 4 {
                     let name = id.rsplit('/').next().unwrap_or("");
                     let got = std::fs::read(iwd.join("out")).unwrap_or_default();
+                    // The copy first: a retire between the two reads then
+                    // shows in the batch list.
+                    let server_copy = self.spec.truth.output(name, 0);
                     let batches = self.spec.truth.batches(name).map_err(|e| e.to_string())?;
                     let same: Vec<_> = batches.iter().filter(|b| b.name == name).collect();
                     // A real server stops listing a batch once it is retired.
                     let unlisted = same.is_empty() && !self.spec.truth.lists_retired();
                     let retired = unlisted || (!same.is_empty() && same.iter().all(|b| b.state == BATCH_RETIRED));
-                    match self.spec.truth.output(name, 0) {
+                    match server_copy {
                         Ok(server) => {
                             if let Some(v) = judge::output(&format!("BLAH job {id}"), &got, &server) {
                                 self.violation(v);
