@@ -516,16 +516,18 @@ impl Run<'_> {
                     specs: vec![OutputSpec { src: "out".into(), dst: dst.clone().into() }],
                 };
                 let id = self.send(AsyncCommand::FetchOutput(fetch.clone()))?;
-                pending.push((id, job.clone(), dst, fetch));
+                pending.push((id, job.clone(), dst, fetch, *lane));
             }
             if kill_after.is_some_and(|k| k / 4 == chunk_no) {
                 std::thread::sleep(Duration::from_millis(self.rng.gen_range(0..400)));
                 self.kill_and_restart("mid-fetch")?;
+                // Each again where its job was submitted.
                 for p in pending.iter_mut() {
+                    self.switch_lane(p.4)?;
                     p.0 = self.send(AsyncCommand::FetchOutput(p.3.clone()))?;
                 }
             }
-            for (id, job, dst, _) in pending {
+            for (id, job, dst, _, _) in pending {
                 let r = self.wait(id)?;
                 if r.first().map(String::as_str) != Some("NULL") {
                     self.report.fetch_errors += 1;
