@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{reply, request, Script, Templates};
+use gahp_protocol::boinc::{reply, request, CompletedJob, Script, Templates};
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::sequence::SequenceState;
@@ -39,7 +39,7 @@ pub fn held_ad(batch: &str, reason: &str) -> ClassAd {
 
 /// Places a completed (DONE) job's files: each planned output, `Out` (the
 /// app's `stdout` output, else an empty file) and `Err` (the BOINC stderr
-/// text); returns its status-4 ad. `templates` are its app's (the
+/// text, from `job`, its query_completed_job); returns its status-4 ad. `templates` are its app's (the
 /// project actor's cache: no get_templates per job). An output `zip` (its
 /// batch's) holds is taken from it; any other is downloaded alone.
 #[allow(clippy::too_many_arguments)]
@@ -50,6 +50,7 @@ pub async fn deliver_done(
     batch: &str,
     ad: &ClassAd,
     templates: &Templates,
+    job: &CompletedJob,
     zip: Option<&SharedBatchZip>,
     deadline: Instant,
 ) -> Result<ClassAd, String> {
@@ -57,7 +58,6 @@ pub async fn deliver_done(
     check_output_names(templates)?;
     let app = map::choose_app(ad, cfg).map(|a| a.0).unwrap_or_default();
     let plan = map::output_plan(ad, &app, &templates.outputs).map_err(|e| e.to_string())?;
-    let job = completed_job(rpc, auth, batch, deadline).await?;
 
     let get = |name: &str, dest: &Path| {
         let index = templates.outputs.iter().position(|n| n == name);

@@ -14,15 +14,17 @@
 //! loaded from there (a restarted daemon picks its jobs up by id), and a
 //! job it never recorded is still watched by its id alone.
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures_util::future::{FutureExt, LocalBoxFuture, Shared};
 use futures_util::StreamExt;
-use gahp_protocol::boinc::{reply, request, Script, Templates};
+use gahp_protocol::boinc::{reply, request, CompletedJob, Script, Templates};
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::sequence::{SequenceState, SequenceStatus, StepSelector};
@@ -38,6 +40,7 @@ use crate::blah::store::{self, BlahStore, JobRecord, Phase};
 use crate::clock::unix_now;
 use crate::config::{BlahConfig, DaemonConfig};
 use crate::file_stager::FileStager;
+use crate::project::output_fetcher::completed_job;
 use crate::project::rpc::{Rpc, RpcClient, RpcError};
 use crate::project::submit_pipeline::{RunPipeline, SubmitError, SubmitPipeline, PROJECT_DOWN};
 use crate::project::tree::{ClientOf, Run, SequencesOf};
@@ -110,6 +113,10 @@ pub struct BlahProject {
     retired_batches: HashSet<String>,
     /// BOINC batch ids by name, learnt for their zips of outputs.
     batch_ids: HashMap<String, i64>,
+    /// What query_completed_job said of a DONE job whose delivery has not
+    /// ended yet: a delivery tried again (a download failed) does not ask
+    /// twice.
+    completed: CompletedCache,
     refreshing: bool,
     refresh_again: bool,
     upkeep_running: bool,
@@ -220,6 +227,7 @@ impl BlahProject {
             submitting: HashSet::new(),
             retired_batches: HashSet::new(),
             batch_ids: HashMap::new(),
+            completed: CompletedCache::default(),
             refreshing: false,
             refresh_again: false,
             upkeep_running: false,
@@ -413,6 +421,7 @@ impl BlahProject {
 
     /// Records a job's final status (3, 4 or 5); it is answered from now on.
     fn finish(&mut self, batch: &str, status: i32, ad: ClassAd) {
+        self.completed.borrow_mut().remove(batch);
         let Some(job) = self.jobs.get_mut(batch) else { return };
         if job.phase == Phase::Cancelled {
             return;
@@ -842,7 +851,7 @@ impl BlahProject {
         };
         job.busy = true;
         let templates = map::choose_app(&ad, &self.config.blah).ok().and_then(|(app, _)| self.templates(&app));
-        Some(Delivery { job: batch.to_string(), ad, templates })
+        Some(Delivery { job: batch.to_string(), ad, templates, completed: self.completed.clone() })
     }
 
     /// Finds out why an ERROR job failed: status 4 with its exit code, or 3.
@@ -1014,11 +1023,15 @@ const ZIP_DELIVERIES_AT_ONCE: usize = 16;
 /// How a delivery ended: the job's final status and ad, or why not.
 type DeliveryOutcome = Result<(i32, ClassAd), String>;
 
+/// Shared by the project actor and its deliveries (all on its thread).
+type CompletedCache = Rc<RefCell<HashMap<String, CompletedJob>>>;
+
 /// One DONE job to deliver: its ad and its app's templates.
 struct Delivery {
     job: String,
     ad: ClassAd,
     templates: Option<TemplatesCall>,
+    completed: CompletedCache,
 }
 
 impl Delivery {
@@ -1032,7 +1045,16 @@ impl Delivery {
     ) -> DeliveryOutcome {
         let templates = self.templates.clone().ok_or("the job's app is not known")?;
         let templates = templates.await.map_err(|e| format!("error getting templates: {e}"))?;
-        let done = deliver_done(rpc, key, cfg, &self.job, &self.ad, &templates, zip, deadline).await?;
+        let known = self.completed.borrow().get(&self.job).cloned();
+        let completed = match known {
+            Some(c) => c,
+            None => {
+                let c = completed_job(rpc, &key.authenticator, &self.job, deadline).await?;
+                self.completed.borrow_mut().insert(self.job.clone(), c.clone());
+                c
+            }
+        };
+        let done = deliver_done(rpc, key, cfg, &self.job, &self.ad, &templates, &completed, zip, deadline).await?;
         Ok((job_status::COMPLETED, done))
     }
 }
