@@ -420,3 +420,79 @@ fn a_missed_deadline_is_acted_on_at_the_deadline_not_at_the_next_poll() {
     assert_eq!(late.len(), 1, "{log}");
     assert!((0..1000).contains(&late[0]), "replacement submitted {} ms after the deadline", late[0]);
 }
+
+/// Writes the projects' key files and a pool file of them, in this order.
+fn pool_of(dir: &Path, projects: &[(&str, &Sim)]) -> std::path::PathBuf {
+    let mut text = String::from("probe_timeout_secs = 3\nquery_timeout_secs = 3\nrefresh_secs = 3600\n");
+    for (name, sim) in projects {
+        let key = dir.join(format!("{name}.key"));
+        std::fs::write(&key, format!("{}\n", sim.auth)).unwrap();
+        text.push_str(&format!("[[project]]\nname = \"{name}\"\nurl = \"{}\"\nauthenticator_file = \"{}\"\n", sim.url, key.display()));
+    }
+    let path = dir.join("pool.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn select(g: &mut GahpClient, line: &str) {
+    assert_eq!(g.command_line(line.as_bytes()).unwrap(), ["S"], "{line}");
+}
+
+/// The statuses of sequence `name`'s jobs on `sim`.
+fn job_statuses(sim: &Sim, name: &str) -> Vec<String> {
+    let prefix = format!("{name}#");
+    sim.state()["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+        .map(|j| j["status"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+#[test]
+fn a_sequence_on_a_pool_moves_to_the_next_best_project_when_a_step_stalls() {
+    let (a, b) = (Sim::start(), Sim::start());
+    let dir = tempfile::tempdir().unwrap();
+    // a is first in the pool (nothing else tells them apart), and every
+    // host of a keeps its instance for ever.
+    for id in 1..=4 {
+        set_host(&a, &format!("{{\"id\": {id}, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}}"));
+    }
+    let pool = pool_of(dir.path(), &[("a", &a), ("b", &b)]);
+    let pool_line = format!("BOINC_SELECT_PROJECT pool:{} -", pool.display());
+    let mut g = daemon(&a, dir.path());
+    select(&mut g, &pool_line);
+    assert_eq!(create(&mut g, dir.path(), "roam", 4, 2, 3, &[]), ["NULL"]);
+    let r = wait_until(&mut g, "roam", "a step on a", |r| r[4] == "1");
+    assert_eq!(r[7], a.url, "placed on the first project of the pool: {r:?}");
+    let r = wait_until(&mut g, "roam", "completion", |r| r[1] != "RUNNING");
+    assert_eq!(r[1], "COMPLETED", "{r:?}");
+    assert_eq!(r[2], "4", "{r:?}");
+    assert_eq!(r[7], b.url, "relocated to the other project of the pool: {r:?}");
+    assert_eq!(r[6], "1", "one relocation, a's step 1: {r:?}");
+    assert_eq!(&r[9..13], ["1", "1", "1", "deadline missed"], "{r:?}");
+    let (step, state) = fetch_latest(&mut g, "roam", &dir.path().join("out"));
+    assert_eq!((step, state), (4, expected_state("roam", 4)));
+    // Nothing was done on a, nothing is left running there, and every batch
+    // of the sequence is retired on both projects.
+    assert_eq!(job_statuses(&a, "roam").len(), 1, "step 1's one attempt on a");
+    assert_eq!(job_statuses(&b, "roam").len(), 4, "each step once on b");
+    assert!(job_statuses(&b, "roam").iter().all(|s| s == "DONE"), "{:?}", job_statuses(&b, "roam"));
+    all_retired(&a, "roam", 1);
+    all_retired(&b, "roam", 4);
+
+    // After a restart the pool still finds it where it went, and so does
+    // a command sent to the project it left (as a `batch boinc` job's status
+    // is): it is forwarded.
+    g.kill();
+    let mut g = daemon(&a, dir.path());
+    select(&mut g, &pool_line);
+    let r = query(&mut g, "roam");
+    assert_eq!((r[1].as_str(), r[7].as_str()), ("COMPLETED", b.url.as_str()), "{r:?}");
+    assert_eq!(g.command(&a.select()).unwrap(), ["S"]);
+    let r = query(&mut g, "roam");
+    assert_eq!((r[1].as_str(), r[7].as_str()), ("COMPLETED", b.url.as_str()), "{r:?}");
+    assert_eq!(g.command(&b.select()).unwrap(), ["S"]);
+    assert_eq!(query(&mut g, "roam")[2], "4");
+}

@@ -11,12 +11,13 @@ use actix::prelude::*;
 use gahp_protocol::gahp::sequence::{SequenceCommand, SequenceResult};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult, ReqId};
 
+use crate::broker::pools::Pools;
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::tree::{ProjectTree, Run, SequencesOf};
 use crate::project::ProjectKey;
 use crate::result_queue::{Complete, ResultQueue};
-use crate::sequences::command::execute;
+use crate::sequences::command::{encoded, execute};
 use crate::state_db::StateDb;
 
 pub struct Projects {
@@ -25,11 +26,13 @@ pub struct Projects {
     stager: Addr<FileStager>,
     db: StateDb,
     trees: HashMap<ProjectKey, Addr<ProjectTree>>,
+    /// The broker, for sequences placed by a pool (set once at start).
+    pools: Option<Addr<Pools>>,
 }
 
 impl Projects {
     pub fn new(config: Arc<DaemonConfig>, queue: Addr<ResultQueue>, stager: Addr<FileStager>, db: StateDb) -> Self {
-        Projects { config, queue, stager, db, trees: HashMap::new() }
+        Projects { config, queue, stager, db, trees: HashMap::new(), pools: None }
     }
 
     /// The project's tree; a tree that died (a panic) is replaced by a new one.
@@ -40,7 +43,7 @@ impl Projects {
             }
             tracing::warn!(project = %key.url, "restarting the project's actor tree");
         }
-        let addr = ProjectTree::new(key.clone(), self.config.clone(), self.stager.clone(), self.db.clone()).start();
+        let addr = ProjectTree::new(key.clone(), self.config.clone(), self.stager.clone(), self.db.clone(), self.pools.clone()).start();
         self.trees.insert(key.clone(), addr.clone());
         addr
     }
@@ -48,6 +51,19 @@ impl Projects {
 
 impl Actor for Projects {
     type Context = Context<Self>;
+}
+
+/// Hands the broker to the trees made from now on (it is started after
+/// `Projects`, and needs it).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SetPools(pub Addr<Pools>);
+
+impl Handler<SetPools> for Projects {
+    type Result = ();
+    fn handle(&mut self, msg: SetPools, _: &mut Context<Self>) {
+        self.pools = Some(msg.0);
+    }
 }
 
 /// An accepted asynchronous command, bound to the project selected when its
@@ -108,7 +124,7 @@ impl Handler<DispatchSequence> for Projects {
         let DispatchSequence { reqid, project, command } = msg;
         let queue = self.queue.clone();
         let Some(key) = project else {
-            let msg = "no project selected (a work sequence runs on one project, not on a pool)";
+            let msg = "no project selected";
             queue.do_send(Complete { reqid, result: CommandResult::Error(msg.into()) });
             return;
         };
@@ -116,18 +132,14 @@ impl Handler<DispatchSequence> for Projects {
         let auth = key.authenticator;
         actix_rt::spawn(async move {
             let result = match tree.send(SequencesOf).await {
-                Ok(relocator) => execute(relocator, command).await,
+                Ok(relocator) => execute(relocator, command, None).await,
                 Err(_) => SequenceResult::Error(format!("{} failed: internal error (the project's worker stopped)", command.code())),
             };
             let result = match result {
                 SequenceResult::Error(msg) => SequenceResult::Error(auth.redact_in(&msg)),
                 other => other,
             };
-            // The line's arguments after the request id, as the queue keeps them.
-            let line = result.encode(reqid);
-            let skip = reqid.to_string().len();
-            let tail = bytes::Bytes::copy_from_slice(line.get(skip..).unwrap_or_default());
-            queue.do_send(Complete { reqid, result: CommandResult::Encoded(tail) });
+            queue.do_send(Complete { reqid, result: encoded(reqid, &result) });
         });
     }
 }

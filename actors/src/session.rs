@@ -15,10 +15,11 @@ use tokio_util::codec::{Decoder, FramedRead};
 use crate::blah::jobs::{BlahDispatch, BlahJobs};
 use crate::blah::store::{BlahStore, Gathering};
 use crate::broker::pools::{PoolDispatch, Pools};
+use crate::broker::sequences::PoolDispatchSequence;
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::ProjectKey;
-use crate::projects::{Dispatch, DispatchSequence, Projects};
+use crate::projects::{Dispatch, DispatchSequence, Projects, SetPools};
 use crate::result_queue::{Accept, Drain, Notify, ResultQueue, SetAsync, SetSession};
 use crate::state_db::StateDb;
 
@@ -122,7 +123,10 @@ impl Session {
             }
             Request::Blah { reqid, command } => self.accept(reqid, ctx, move |act| act.blah.do_send(BlahDispatch { reqid, command })),
             Request::Sequence { reqid, command } => {
-                // Sequences run on one project (none while a pool is selected).
+                if let Some(pool) = self.pool.clone() {
+                    self.accept(reqid, ctx, move |act| act.pools.do_send(PoolDispatchSequence { reqid, pool, command }));
+                    return;
+                }
                 let project = self.current.clone();
                 self.accept(reqid, ctx, move |act| act.projects.do_send(DispatchSequence { reqid, project, command }));
             }
@@ -230,6 +234,7 @@ pub fn start_daemon(
     let queue = ResultQueue::default().start();
     let projects = Projects::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();
     let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
+    projects.do_send(SetPools(pools.clone()));
     let gathering = Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs);
     let blah =
         BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db, gathering)?, pools.clone()).start();

@@ -79,6 +79,8 @@ const MIGRATIONS: &[&str] = &[
      );",
     // 6: work-sequence batches still to retire.
     crate::sequences::store::RETIRE_MIGRATION,
+    // 7: pool sequences that moved to another project of their pool.
+    crate::sequences::store::MOVE_MIGRATION,
 ];
 
 /// Brings the schema to the newest version, each step in a transaction of

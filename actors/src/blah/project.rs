@@ -37,6 +37,7 @@ use crate::blah::map::{self, JobId, MapError};
 use crate::blah::outputs::{deliver_done, held_ad, place_sequence, resolve_error, sequence_ad, sequence_failed, status_ad};
 use crate::blah::sequence;
 use crate::blah::store::{self, BlahStore, JobRecord, Phase};
+use crate::broker::pools::{pool_id, pool_placement};
 use crate::clock::unix_now;
 use crate::config::{BlahConfig, DaemonConfig};
 use crate::file_stager::FileStager;
@@ -571,6 +572,7 @@ impl BlahProject {
         let templates = app.as_ref().ok().and_then(|(app, _)| self.templates(app));
         let relocator = self.sequences.clone();
         let (url, file) = (self.key.url.clone(), self.authenticator_file.display().to_string());
+        let pool = pool_placement(&ad, &self.config.blah).map(|p| pool_id(&p.pool));
         let work = async move {
             let refuse = |why| BatchOutcome { refused: vec![(name.clone(), why)], result: Ok(vec![]) };
             let (app, source) = match app {
@@ -594,10 +596,12 @@ impl BlahProject {
                 Ok(None) => return refuse(SubmitFailure::Lost("internal error: this job is no work sequence; condor_release the job")),
                 Err(e) => Err(e),
             };
-            let create = match create {
+            let mut create = match create {
                 Ok(c) => c,
                 Err(e) => return refuse(SubmitFailure::Sequence(e.hold_reason())),
             };
+            // Placed by the pool: relocated within it.
+            create.def.pool = pool;
             match relocator.send(create).await {
                 Ok(Ok(())) => BatchOutcome { refused: vec![], result: Ok(vec![name.clone()]) },
                 Ok(Err(e)) => refuse(SubmitFailure::Sequence(format!(

@@ -171,6 +171,8 @@ pub fn create_sequence(ad: &ClassAd, settings: &Settings, app: &str, templates: 
         state_names: settings.state_names.clone(),
         args: map::arguments(ad)?,
         inputs: own.into_iter().map(|f| (f.src, f.dst_name)).collect(),
+        // Set by the caller for a job its pool placed.
+        pool: None,
     };
     Ok(CreateSequence { def, steps: settings.steps, state_files })
 }
@@ -234,6 +236,7 @@ mod tests {
                 state_names: vec!["state".into()],
                 args: vec!["--work".into(), "a b".into()],
                 inputs: vec![(w.join("extra"), "extra".into())],
+                pool: None,
             }
         );
         // The same ad again (a release) gives the same definition: it resumes.

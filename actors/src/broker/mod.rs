@@ -13,7 +13,8 @@
 //!                             └─ routes::Routes              (batch -> project, job -> batch, in the state DB)
 //! ```
 //! `matchmaker` is the pure part: the ads and the ranking; `pool` the
-//! pool file.
+//! pool file; `sequences` places work sequences on a pool and moves a
+//! relocated one to the next-best project.
 
 pub mod data_overlap;
 pub mod matchmaker;
@@ -22,6 +23,7 @@ pub mod pools;
 pub mod project_ads;
 pub mod rank_functions;
 pub mod routes;
+pub mod sequences;
 
 use actix::Addr;
 

@@ -34,6 +34,7 @@ use crate::broker::pool::{Pool, PoolError};
 use crate::broker::project_ads::{CurrentAds, ProjectAds};
 use crate::broker::rank_functions::{RankFunctions, RankValues};
 use crate::broker::routes::Routes;
+use crate::broker::sequences::holder as sequence_holder;
 use crate::broker::{rpc_client_of, tree_of};
 use crate::config::{BlahConfig, DaemonConfig};
 use crate::file_stager::{FileStager, Stage};
@@ -41,14 +42,15 @@ use crate::project::rpc::{Rpc, RpcError};
 use crate::project::tree::Run;
 use crate::projects::Projects;
 use crate::result_queue::{Complete, ResultQueue};
+use crate::sequences::store::SequenceStore;
 use crate::state_db::StateDb;
 
 /// A loaded pool and its actors.
 #[derive(Clone)]
-struct PoolHandle {
-    /// The routes' key: the pool file's canonical path.
-    id: String,
-    pool: Arc<Pool>,
+pub(super) struct PoolHandle {
+    /// The routes' key: the pool file's canonical path ([`pool_id`]).
+    pub(super) id: String,
+    pub(super) pool: Arc<Pool>,
     ads: Addr<ProjectAds>,
     overlap: Addr<DataOverlap>,
     functions: Addr<RankFunctions>,
@@ -60,13 +62,19 @@ struct PoolHandle {
 type Floors = Rc<RefCell<HashMap<(String, String), f64>>>;
 
 pub struct Pools {
-    config: Arc<DaemonConfig>,
-    queue: Addr<ResultQueue>,
-    projects: Addr<Projects>,
+    pub(super) config: Arc<DaemonConfig>,
+    pub(super) queue: Addr<ResultQueue>,
+    pub(super) projects: Addr<Projects>,
     stager: Addr<FileStager>,
     routes: Routes,
+    pub(super) db: StateDb,
     pools: HashMap<PathBuf, PoolHandle>,
     floors: Floors,
+}
+
+/// What names a pool in the state database: its file's canonical path.
+pub fn pool_id(path: &Path) -> String {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).to_string_lossy().into_owned()
 }
 
 impl Pools {
@@ -77,16 +85,19 @@ impl Pools {
         stager: Addr<FileStager>,
         db: StateDb,
     ) -> Self {
-        Pools { config, queue, projects, stager, routes: Routes::new(db), pools: HashMap::new(), floors: Rc::default() }
+        Pools { config, queue, projects, stager, routes: Routes::new(db.clone()), db, pools: HashMap::new(), floors: Rc::default() }
     }
 
-    fn pool(&mut self, path: &Path) -> Result<PoolHandle, PoolError> {
+    pub(super) fn pool(&mut self, path: &Path) -> Result<PoolHandle, PoolError> {
+        // One handle per pool file, however it is named.
+        let path = &PathBuf::from(pool_id(path));
         if let Some(h) = self.pools.get(path) {
             return Ok(h.clone());
         }
         let pool = Arc::new(Pool::load(path)?);
-        let id = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).to_string_lossy().into_owned();
+        let id = pool_id(path);
         tracing::info!(pool = %id, projects = pool.projects.len(), "pool loaded");
+        self.resume_sequences(&id, &pool);
         let h = PoolHandle {
             id,
             ads: ProjectAds::new(pool.clone(), self.projects.clone()).start(),
@@ -96,6 +107,17 @@ impl Pools {
         };
         self.pools.insert(path.to_path_buf(), h.clone());
         Ok(h)
+    }
+
+    /// One command's view of the pool at `path`.
+    pub(super) fn broker(&mut self, path: &Path) -> Result<Broker, PoolError> {
+        Ok(Broker {
+            pool: self.pool(path)?,
+            projects: self.projects.clone(),
+            stager: self.stager.clone(),
+            routes: self.routes.clone(),
+            floors: self.floors.clone(),
+        })
     }
 }
 
@@ -118,19 +140,12 @@ impl Handler<PoolDispatch> for Pools {
     fn handle(&mut self, msg: PoolDispatch, _: &mut Context<Self>) {
         let PoolDispatch { reqid, pool, command } = msg;
         let queue = self.queue.clone();
-        let handle = match self.pool(&pool) {
-            Ok(h) => h,
+        let broker = match self.broker(&pool) {
+            Ok(b) => b,
             Err(e) => {
                 queue.do_send(Complete { reqid, result: CommandResult::Error(format!("{} failed: {e}", command.code())) });
                 return;
             }
-        };
-        let broker = Broker {
-            pool: handle,
-            projects: self.projects.clone(),
-            stager: self.stager.clone(),
-            routes: self.routes.clone(),
-            floors: self.floors.clone(),
         };
         let code = command.code();
         // Placement may try several projects; this is the net under it.
@@ -167,6 +182,9 @@ pub struct PlaceJob {
     pub inputs: Vec<PathBuf>,
     pub requirements: Option<String>,
     pub rank: Option<String>,
+    /// A work sequence job: its sequence's name. Once a project of the pool
+    /// holds that sequence (a released job), the job goes there.
+    pub sequence: Option<String>,
 }
 
 pub struct PoolChoice {
@@ -203,6 +221,7 @@ pub fn pool_placement(ad: &ClassAd, cfg: &BlahConfig) -> Option<PlaceJob> {
         inputs,
         requirements: expr_text("BoincRequirements"),
         rank: expr_text("BoincRank"),
+        sequence: crate::blah::sequence::sequence_name(ad).ok().filter(|_| crate::blah::sequence::is_sequence(ad)),
     })
 }
 
@@ -210,42 +229,36 @@ impl Handler<PlaceJob> for Pools {
     type Result = ResponseFuture<Result<PoolChoice, String>>;
 
     fn handle(&mut self, msg: PlaceJob, _: &mut Context<Self>) -> Self::Result {
-        let handle = match self.pool(&msg.pool) {
-            Ok(h) => h,
+        let broker = match self.broker(&msg.pool) {
+            Ok(b) => b,
             Err(e) => {
                 let e = format!("{e}; fix it, then condor_release the job");
                 return Box::pin(async move { Err(e) });
             }
         };
-        let broker = Broker {
-            pool: handle,
-            projects: self.projects.clone(),
-            stager: self.stager.clone(),
-            routes: self.routes.clone(),
-            floors: self.floors.clone(),
-        };
-        let work = actix_rt::spawn(async move { broker.place_job(msg).await });
+        let stores = self.stores(&broker);
+        let work = actix_rt::spawn(async move { broker.place_job(msg, stores).await });
         Box::pin(async move { work.await.unwrap_or_else(|_| Err("internal error in the broker; condor_release the job".into())) })
     }
 }
 
 /// One command's view of the pool (owned by its task).
-struct Broker {
-    pool: PoolHandle,
-    projects: Addr<Projects>,
+pub(super) struct Broker {
+    pub(super) pool: PoolHandle,
+    pub(super) projects: Addr<Projects>,
     stager: Addr<FileStager>,
     routes: Routes,
     floors: Floors,
 }
 
 /// What the job side of a match asks for.
-struct Wanted<'a> {
-    name: &'a str,
-    app: &'a str,
-    job_count: usize,
+pub(super) struct Wanted<'a> {
+    pub(super) name: &'a str,
+    pub(super) app: &'a str,
+    pub(super) job_count: usize,
     /// Overrides of the pool's defaults (a BLAH job's own).
-    requirements: Option<Expr>,
-    rank: Option<Expr>,
+    pub(super) requirements: Option<Expr>,
+    pub(super) rank: Option<Expr>,
 }
 
 /// Where a name leads.
@@ -255,7 +268,7 @@ enum Route {
 }
 
 impl Broker {
-    fn pool(&self) -> &Pool {
+    pub(super) fn pool(&self) -> &Pool {
         &self.pool.pool
     }
 
@@ -382,7 +395,7 @@ impl Broker {
         self.stage(paths).await
     }
 
-    async fn stage(&self, paths: Vec<PathBuf>) -> Result<Vec<InputData>, String> {
+    pub(super) async fn stage(&self, paths: Vec<PathBuf>) -> Result<Vec<InputData>, String> {
         let staged =
             self.stager.send(Stage(paths)).await.map_err(|_| "internal error: file stager stopped".to_string())?.map_err(|e| e.0)?;
         let mut seen = HashSet::new();
@@ -441,7 +454,7 @@ impl Broker {
     }
 
     /// The matching projects, best first.
-    async fn matchmake(&self, want: &Wanted<'_>, inputs: &[InputData]) -> Result<Vec<usize>, String> {
+    pub(super) async fn matchmake(&self, want: &Wanted<'_>, inputs: &[InputData]) -> Result<Vec<usize>, String> {
         let pool = self.pool();
         let statuses: Vec<ProjectStatus> =
             self.pool.ads.send(CurrentAds { app: want.app.to_string() }).await.map_err(|_| "internal error: project ads stopped")?;
@@ -493,7 +506,14 @@ impl Broker {
         Ok(ranked.into_iter().map(|c| c.project).collect())
     }
 
-    async fn place_job(&self, job: PlaceJob) -> Result<PoolChoice, String> {
+    async fn place_job(&self, job: PlaceJob, stores: Vec<SequenceStore>) -> Result<PoolChoice, String> {
+        if let Some(name) = &job.sequence {
+            if let Some(p) = sequence_holder(stores, &self.pool.id, name).await? {
+                let project = &self.pool().projects[p];
+                tracing::info!(pool = %self.pool.id, project = %project.name, job = %job.name, "BLAH job goes where its sequence is");
+                return Ok(PoolChoice { url: project.key.url.clone(), authenticator_file: project.authenticator_file.clone() });
+            }
+        }
         let app = job.app?;
         let parse = |what: &str, text: Option<String>| {
             text.map(|t| {
@@ -527,7 +547,7 @@ impl Broker {
     }
 
     /// Whether project `p` takes the app now (up, app known, access).
-    async fn probe(&self, p: usize, app: &str) -> Result<(), String> {
+    pub(super) async fn probe(&self, p: usize, app: &str) -> Result<(), String> {
         let project = &self.pool().projects[p];
         let rpc = rpc_client_of(&self.projects, &project.key).await.ok_or("internal error (no project tree)")?;
         let deadline = Instant::now() + self.pool().probe_timeout;

@@ -11,6 +11,7 @@ use actix::prelude::*;
 use gahp_protocol::boinc::{command_line, reply, request, Script};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult};
 
+use crate::broker::pools::Pools;
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::batch_monitor::{BatchMonitor, Query};
@@ -33,12 +34,12 @@ pub struct ProjectTree {
 }
 
 impl ProjectTree {
-    pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, stager: Addr<FileStager>, db: StateDb) -> Self {
+    pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, stager: Addr<FileStager>, db: StateDb, pools: Option<Addr<Pools>>) -> Self {
         let rpc = RpcClient::new(key.clone(), config.clone()).start();
         let monitor = BatchMonitor::new(key.clone(), config.clone(), rpc.clone()).start();
         let fetcher = OutputFetcher::new(key.clone(), rpc.clone()).start();
         // Starting the tree resumes the account's sequences (after a restart).
-        let sequences = SequenceRelocator::new(key.clone(), config.clone(), rpc.clone(), stager.clone(), db.clone()).start();
+        let sequences = SequenceRelocator::new(key.clone(), config.clone(), rpc.clone(), stager.clone(), db.clone(), pools).start();
         ProjectTree { key, config, stager, rpc, monitor, fetcher, sequences, db }
     }
 }

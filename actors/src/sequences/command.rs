@@ -4,13 +4,15 @@
 
 use actix::prelude::*;
 use gahp_protocol::gahp::sequence::{SequenceCommand, SequenceResult};
+use gahp_protocol::gahp::{CommandResult, ReqId};
 
 use crate::sequences::relocator::{
     AbortSequence, CreateSequence, EndSequence, ExtendSequence, FetchSequence, QuerySequence, SequenceError, SequenceRelocator,
 };
 use crate::sequences::store::SequenceDef;
 
-pub async fn execute(relocator: Addr<SequenceRelocator>, command: SequenceCommand) -> SequenceResult {
+/// `pool`: the pool that placed the sequence (for a create).
+pub async fn execute(relocator: Addr<SequenceRelocator>, command: SequenceCommand, pool: Option<String>) -> SequenceResult {
     let code = command.code();
     let sent = match command {
         SequenceCommand::Create(c) => {
@@ -23,6 +25,7 @@ pub async fn execute(relocator: Addr<SequenceRelocator>, command: SequenceComman
                 state_names: c.state_files.iter().map(|f| f.dst_name.clone()).collect(),
                 args: c.args,
                 inputs: c.inputs.into_iter().map(|f| (f.src, f.dst_name)).collect(),
+                pool,
             };
             let state_files = c.state_files.into_iter().map(|f| (f.src, f.dst_name)).collect();
             relocator.send(CreateSequence { def, steps: c.steps, state_files }).await.map(|r| r.map(|()| SequenceResult::Ok))
@@ -43,6 +46,14 @@ pub async fn execute(relocator: Addr<SequenceRelocator>, command: SequenceComman
         Ok(Err(e)) => SequenceResult::Error(render(code, &e)),
         Err(_) => SequenceResult::Error(format!("{code} failed: internal error (the sequence worker stopped)")),
     }
+}
+
+/// The result as the result queue keeps it: the line's arguments after the
+/// request id.
+pub fn encoded(reqid: ReqId, result: &SequenceResult) -> CommandResult {
+    let line = result.encode(reqid);
+    let skip = reqid.to_string().len();
+    CommandResult::Encoded(bytes::Bytes::copy_from_slice(line.get(skip..).unwrap_or_default()))
 }
 
 fn render(code: &str, e: &SequenceError) -> String {

@@ -18,6 +18,12 @@
 //! end use: Create (also resumes a stopped sequence of the same
 //! definition), Extend, End, Query, Fetch, Abort, and Stop (aborts the
 //! live step but keeps the sequence resumable).
+//!
+//! A sequence placed by a pool (`def.pool`) is relocated to the pool's
+//! next-best project: its record moves, in one transaction, to that
+//! project's relocator ([`AdoptSequence`]), and a note of the move stays
+//! here, so a message sent here still reaches it (forwarded through the
+//! broker).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -31,6 +37,8 @@ use gahp_protocol::gahp::sequence::{DeadBranch, SequenceState, StepSelector};
 use gahp_protocol::gahp::{InputFile, JobParams, JobSpec, SubmitBatch};
 
 use crate::atomic_file;
+use crate::broker::pools::Pools;
+use crate::broker::sequences::{NextProject, SequenceHolder};
 use crate::clock::unix_now;
 use crate::config::DaemonConfig;
 use crate::file_stager::{md5_file, FileStager};
@@ -96,10 +104,20 @@ pub struct SequenceRelocator {
     /// that deadline (seconds since the epoch), to log how long the
     /// replacement took to reach the server.
     replacing_late: HashMap<String, f64>,
+    /// The broker: where a pool sequence goes next, and where one that
+    /// moved away is now.
+    pools: Option<Addr<Pools>>,
 }
 
 impl SequenceRelocator {
-    pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, rpc: Addr<RpcClient>, stager: Addr<FileStager>, db: StateDb) -> Self {
+    pub fn new(
+        key: ProjectKey,
+        config: Arc<DaemonConfig>,
+        rpc: Addr<RpcClient>,
+        stager: Addr<FileStager>,
+        db: StateDb,
+        pools: Option<Addr<Pools>>,
+    ) -> Self {
         let account = key.account();
         let store = SequenceStore::new(db, &config.state_dir, &key.url, &account);
         let lane = DaemonConfig { max_concurrent_rpcs: URGENT_RPCS, ..(*config).clone() };
@@ -118,6 +136,7 @@ impl SequenceRelocator {
             timed: HashSet::new(),
             templates: HashMap::new(),
             replacing_late: HashMap::new(),
+            pools,
         }
     }
 
@@ -464,6 +483,21 @@ impl SequenceRelocator {
                 abandoned: now,
             };
             rec.dead.push(branch.clone());
+            if let (Some(pool), Some(pools), Some(_)) = (rec.def.pool.clone(), act.pools.clone(), next) {
+                // The next attempt is made where the sequence goes.
+                rec.relocations += 1;
+                rec.live = None;
+                if let Err(e) = act.store.bury(rec, &branch) {
+                    tracing::error!(sequence = %name, "can't record a dead branch: {e}");
+                }
+                let late = match (&why, live.first_in_progress) {
+                    (Relocation::DeadlineMissed, Some(seen)) => Some(seen + f64::from(rec.def.max_step_time)),
+                    _ => None,
+                };
+                tracing::info!(sequence = %name, step = live.step, "relocating within pool {pool}: {}", why.reason());
+                act.move_on(name, pool, pools, live.step, late, ctx);
+                return;
+            }
             match next {
                 Some(attempt) => {
                     rec.relocations += 1;
@@ -593,6 +627,97 @@ impl SequenceRelocator {
         }));
     }
 
+    /// Hands a pool sequence whose step was abandoned on this project to
+    /// the pool's next-best project; if there is none (or the move fails),
+    /// the next attempt is made here.
+    fn move_on(&mut self, name: String, pool: String, pools: Addr<Pools>, step: u32, late: Option<f64>, ctx: &mut Context<Self>) {
+        let Some(rec) = self.seqs.get(&name) else { return };
+        let state_paths = match self.store.state_before(&name, step, &rec.def.state_names) {
+            Ok(files) => files.iter().map(|f| self.store.content_path(&f.md5)).collect::<Vec<_>>(),
+            Err(e) => {
+                tracing::error!(sequence = %name, "can't read the state to relocate: {e}");
+                Vec::new()
+            }
+        };
+        let mut inputs = state_paths;
+        inputs.extend(rec.def.inputs.iter().map(|(p, _)| p.clone()));
+        let ask = NextProject { pool, name: name.clone(), app: rec.def.app_name.clone(), inputs, from: self.key.clone() };
+        ctx.spawn(pools.send(ask).into_actor(self).map(move |r, act, ctx| {
+            let next = match r {
+                Ok(Ok(next)) => next,
+                Ok(Err(e)) => {
+                    tracing::info!(sequence = %name, "no other project of the pool takes the step: {e}");
+                    None
+                }
+                Err(_) => None,
+            };
+            let moved = next.and_then(|(key, relocator)| {
+                let to = SequenceStore::new(act.store.db().clone(), &act.config.state_dir, &key.url, &key.account());
+                let pool = act.seqs.get(&name)?.def.pool.clone()?;
+                match act.store.move_to(&to, &name, &pool) {
+                    Ok(()) => Some((key, relocator)),
+                    Err(e) => {
+                        tracing::warn!(sequence = %name, project = %key.url, "can't move the sequence: {e}");
+                        None
+                    }
+                }
+            });
+            act.busy.remove(&name);
+            let Some((key, relocator)) = moved else {
+                // Here, then.
+                act.advance(ctx);
+                return;
+            };
+            tracing::info!(sequence = %name, project = %key.url, "sequence moved to another project of its pool");
+            act.unsubmitted.remove(&name);
+            if let Some(rec) = act.seqs.remove(&name) {
+                // Nothing of it is needed here any more.
+                let mut retire = Vec::new();
+                for s in 1..=step {
+                    retire.extend(attempt_batches(&rec, &name, s, 0));
+                }
+                act.clean_up(None, retire, ctx);
+            }
+            relocator.do_send(AdoptSequence { name, late_deadline: late });
+        }));
+    }
+
+    /// The pool of a sequence that is not here because it moved away.
+    fn moved_away(&self, name: &str) -> Option<String> {
+        if self.seqs.contains_key(name) {
+            return None;
+        }
+        self.store.moved_away(name).unwrap_or_else(|e| {
+            tracing::error!(sequence = name, "can't read where the sequence went: {e}");
+            None
+        })
+    }
+
+    /// Sends `msg` on to the relocator that holds sequence `name` of `pool`
+    /// now.
+    fn forward<M, T>(&self, pool: String, name: String, msg: M, ctx: &Context<Self>) -> ResponseFuture<Result<T, SequenceError>>
+    where
+        M: Message<Result = Result<T, SequenceError>> + Send + 'static,
+        T: Send + 'static,
+        SequenceRelocator: Handler<M>,
+    {
+        let (pools, me) = (self.pools.clone(), ctx.address());
+        Box::pin(async move {
+            let pools = pools.ok_or_else(|| SequenceError::NoSuchSequence(name.clone()))?;
+            let holder = pools
+                .send(SequenceHolder { pool, name: name.clone() })
+                .await
+                .map_err(|_| local("internal error: the broker stopped"))?
+                .map_err(SequenceError::Local)?;
+            match holder {
+                Some(relocator) if relocator != me => {
+                    relocator.send(msg).await.map_err(|_| local("internal error: the sequence worker stopped"))?
+                }
+                _ => Err(SequenceError::NoSuchSequence(name)),
+            }
+        })
+    }
+
     fn record(&self, name: &str) -> Result<&SequenceRecord, SequenceError> {
         self.seqs.get(name).ok_or_else(|| SequenceError::NoSuchSequence(name.into()))
     }
@@ -714,7 +839,7 @@ impl Actor for SequenceRelocator {
 /// Creates a sequence, or resumes a stopped one of the same definition
 /// (HTCondor's hold then release). Creating a running sequence again with
 /// the same definition is a no-op (a retried command).
-#[derive(Debug, Message)]
+#[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<(), SequenceError>")]
 pub struct CreateSequence {
     pub def: SequenceDef,
@@ -727,8 +852,11 @@ pub struct CreateSequence {
 impl Handler<CreateSequence> for SequenceRelocator {
     type Result = ResponseActFuture<Self, Result<(), SequenceError>>;
 
-    fn handle(&mut self, msg: CreateSequence, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: CreateSequence, ctx: &mut Context<Self>) -> Self::Result {
         let name = msg.def.name.clone();
+        if let Some(pool) = self.moved_away(&name) {
+            return Box::pin(fut::wrap_future(self.forward(pool, name, msg, ctx)));
+        }
         if let Some(rec) = self.seqs.get_mut(&name) {
             let r = if rec.def != msg.def {
                 Err(SequenceError::Exists(name.clone()))
@@ -803,8 +931,17 @@ pub struct ExtendSequence {
 }
 
 impl Handler<ExtendSequence> for SequenceRelocator {
-    type Result = Result<(), SequenceError>;
+    type Result = ResponseFuture<Result<(), SequenceError>>;
     fn handle(&mut self, msg: ExtendSequence, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(pool) = self.moved_away(&msg.name) {
+            return self.forward(pool, msg.name.clone(), msg, ctx);
+        }
+        Box::pin(std::future::ready(self.extend(msg, ctx)))
+    }
+}
+
+impl SequenceRelocator {
+    fn extend(&mut self, msg: ExtendSequence, ctx: &mut Context<Self>) -> Result<(), SequenceError> {
         let rec = self.seqs.get_mut(&msg.name).ok_or_else(|| SequenceError::NoSuchSequence(msg.name.clone()))?;
         let reopen = rec.phase == Phase::Completed && !rec.ended;
         if rec.phase.finished() && !reopen {
@@ -828,8 +965,17 @@ pub struct EndSequence {
 }
 
 impl Handler<EndSequence> for SequenceRelocator {
-    type Result = Result<(), SequenceError>;
+    type Result = ResponseFuture<Result<(), SequenceError>>;
     fn handle(&mut self, msg: EndSequence, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(pool) = self.moved_away(&msg.name) {
+            return self.forward(pool, msg.name.clone(), msg, ctx);
+        }
+        Box::pin(std::future::ready(self.end(msg, ctx)))
+    }
+}
+
+impl SequenceRelocator {
+    fn end(&mut self, msg: EndSequence, ctx: &mut Context<Self>) -> Result<(), SequenceError> {
         let rec = self.seqs.get_mut(&msg.name).ok_or_else(|| SequenceError::NoSuchSequence(msg.name.clone()))?;
         if !rec.phase.finished() {
             rec.ended = true;
@@ -848,9 +994,12 @@ pub struct QuerySequence {
 }
 
 impl Handler<QuerySequence> for SequenceRelocator {
-    type Result = Result<SequenceState, SequenceError>;
-    fn handle(&mut self, msg: QuerySequence, _: &mut Context<Self>) -> Self::Result {
-        Ok(self.state_of(self.record(&msg.name)?))
+    type Result = ResponseFuture<Result<SequenceState, SequenceError>>;
+    fn handle(&mut self, msg: QuerySequence, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(pool) = self.moved_away(&msg.name) {
+            return self.forward(pool, msg.name.clone(), msg, ctx);
+        }
+        Box::pin(std::future::ready(self.record(&msg.name).map(|rec| self.state_of(rec))))
     }
 }
 
@@ -879,11 +1028,15 @@ pub struct QueryStarted {
 }
 
 impl Handler<QueryStarted> for SequenceRelocator {
-    type Result = Result<(SequenceState, bool), SequenceError>;
-    fn handle(&mut self, msg: QueryStarted, _: &mut Context<Self>) -> Self::Result {
-        let rec = self.record(&msg.name)?;
-        let started = rec.done > 0 || rec.live.is_some_and(|l| l.first_in_progress.is_some());
-        Ok((self.state_of(rec), started))
+    type Result = ResponseFuture<Result<(SequenceState, bool), SequenceError>>;
+    fn handle(&mut self, msg: QueryStarted, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(pool) = self.moved_away(&msg.name) {
+            return self.forward(pool, msg.name.clone(), msg, ctx);
+        }
+        Box::pin(std::future::ready(self.record(&msg.name).map(|rec| {
+            let started = rec.done > 0 || rec.live.is_some_and(|l| l.first_in_progress.is_some());
+            (self.state_of(rec), started)
+        })))
     }
 }
 
@@ -899,7 +1052,10 @@ pub struct FetchSequence {
 
 impl Handler<FetchSequence> for SequenceRelocator {
     type Result = ResponseFuture<Result<(u32, Vec<String>), SequenceError>>;
-    fn handle(&mut self, msg: FetchSequence, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: FetchSequence, ctx: &mut Context<Self>) -> Self::Result {
+        if let Some(pool) = self.moved_away(&msg.name) {
+            return self.forward(pool, msg.name.clone(), msg, ctx);
+        }
         let checked = self.record(&msg.name).and_then(|rec| {
             let step = match msg.step {
                 StepSelector::Latest => rec.done,
@@ -951,9 +1107,12 @@ pub struct AbortSequence {
 }
 
 impl Handler<AbortSequence> for SequenceRelocator {
-    type Result = Result<(), SequenceError>;
+    type Result = ResponseFuture<Result<(), SequenceError>>;
     fn handle(&mut self, msg: AbortSequence, ctx: &mut Context<Self>) -> Self::Result {
-        self.halt(&msg.name, Phase::Aborted, Some("aborted by owner".into()), ctx)
+        if let Some(pool) = self.moved_away(&msg.name) {
+            return self.forward(pool, msg.name.clone(), msg, ctx);
+        }
+        Box::pin(std::future::ready(self.halt(&msg.name, Phase::Aborted, Some("aborted by owner".into()), ctx)))
     }
 }
 
@@ -967,8 +1126,44 @@ pub struct StopSequence {
 }
 
 impl Handler<StopSequence> for SequenceRelocator {
-    type Result = Result<(), SequenceError>;
+    type Result = ResponseFuture<Result<(), SequenceError>>;
     fn handle(&mut self, msg: StopSequence, ctx: &mut Context<Self>) -> Self::Result {
-        self.halt(&msg.name, Phase::Stopped, None, ctx)
+        if let Some(pool) = self.moved_away(&msg.name) {
+            return self.forward(pool, msg.name.clone(), msg, ctx);
+        }
+        Box::pin(std::future::ready(self.halt(&msg.name, Phase::Stopped, None, ctx)))
+    }
+}
+
+/// Takes over a pool sequence that another project of its pool moved here
+/// (its record is already in this account's store) and goes on with it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct AdoptSequence {
+    pub name: String,
+    /// The deadline the abandoned step missed, if that was why.
+    pub late_deadline: Option<f64>,
+}
+
+impl Handler<AdoptSequence> for SequenceRelocator {
+    type Result = ();
+    fn handle(&mut self, msg: AdoptSequence, ctx: &mut Context<Self>) {
+        if self.seqs.contains_key(&msg.name) {
+            return;
+        }
+        let rec = match self.store.load(&msg.name) {
+            Ok(Some(rec)) => rec,
+            Ok(None) => return tracing::error!(sequence = %msg.name, "a sequence moved here is not in the store"),
+            Err(e) => return tracing::error!(sequence = %msg.name, "can't load a sequence moved here: {e}"),
+        };
+        if rec.phase == Phase::Running && rec.live.is_some() {
+            self.unsubmitted.insert(msg.name.clone());
+        }
+        self.seqs.insert(msg.name.clone(), rec);
+        self.advance(ctx);
+        let live = self.seqs.get(&msg.name).and_then(|r| r.live);
+        if let (Some(deadline), Some(l)) = (msg.late_deadline, live) {
+            self.replacing_late.insert(decide::job_name(&msg.name, l.step, l.attempt), deadline);
+        }
     }
 }

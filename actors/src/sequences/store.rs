@@ -31,6 +31,10 @@ pub struct SequenceDef {
     pub args: Vec<String>,
     /// Inputs of every step besides the state: (local path, name).
     pub inputs: Vec<(PathBuf, String)>,
+    /// The pool it was placed by (its file's canonical path): a step that
+    /// is relocated goes to the pool's next-best project.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// Where a sequence is; `Stopped` is resumable (its live step was aborted
@@ -152,6 +156,17 @@ pub const RETIRE_MIGRATION: &str = "CREATE TABLE sequence_retires (
          PRIMARY KEY (project, account, batch)
      );";
 
+/// Where a pool sequence went: a sequence that moves to another project of
+/// its pool leaves this behind, so that a message for it (a BLAH job's
+/// status, say) finds it through the pool.
+pub const MOVE_MIGRATION: &str = "CREATE TABLE sequence_moves (
+         project TEXT NOT NULL,
+         account TEXT NOT NULL,
+         name TEXT NOT NULL,
+         pool TEXT NOT NULL,
+         PRIMARY KEY (project, account, name)
+     );";
+
 /// The sequences of one project account. `account` identifies the
 /// authenticator without holding it (its MD5).
 #[derive(Clone)]
@@ -215,13 +230,22 @@ impl SequenceStore {
     }
 
     pub fn load_all(&self) -> io::Result<Vec<SequenceRecord>> {
+        self.load_where(None)
+    }
+
+    /// The sequence named `name`, if this account holds it.
+    pub fn load(&self, name: &str) -> io::Result<Option<SequenceRecord>> {
+        Ok(self.load_where(Some(name))?.pop())
+    }
+
+    fn load_where(&self, name: Option<&str>) -> io::Result<Vec<SequenceRecord>> {
         self.db
             .with_conn(|c| {
                 let mut stmt = c.prepare(
                     "SELECT def, planned, done, phase, ended, reason, relocations, live_step, live_attempt, live_submitted, live_first_in_progress
-                     FROM sequences WHERE project = ?1 AND account = ?2",
+                     FROM sequences WHERE project = ?1 AND account = ?2 AND (?3 IS NULL OR name = ?3)",
                 )?;
-                let rows = stmt.query_map(params![self.project, self.account], |r| {
+                let rows = stmt.query_map(params![self.project, self.account, name], |r| {
                     let def: String = r.get(0)?;
                     let live = match (r.get::<_, Option<u32>>(7)?, r.get::<_, Option<u32>>(8)?) {
                         (Some(step), Some(attempt)) => Some(LiveAttempt {
@@ -320,6 +344,72 @@ impl SequenceStore {
             })
             .map_err(sql)?;
         self.save(rec)
+    }
+
+    /// Moves sequence `name` with its dead branches and files to `to` (a
+    /// store of another project of `pool`), in one transaction, and leaves
+    /// a note of the move here. Refused if `to` holds a sequence of that
+    /// name.
+    pub fn move_to(&self, to: &SequenceStore, name: &str, pool: &str) -> io::Result<()> {
+        let moved = self
+            .db
+            .with_conn(|c| {
+                let tx = c.transaction()?;
+                let taken: bool = tx.query_row(
+                    "SELECT EXISTS (SELECT 1 FROM sequences WHERE project = ?1 AND account = ?2 AND name = ?3)",
+                    params![to.project, to.account, name],
+                    |r| r.get(0),
+                )?;
+                if taken {
+                    return Ok(false);
+                }
+                for table in ["sequences", "sequence_dead_branches", "sequence_files"] {
+                    tx.execute(
+                        &format!("UPDATE {table} SET project = ?1, account = ?2 WHERE project = ?3 AND account = ?4 AND name = ?5"),
+                        params![to.project, to.account, self.project, self.account, name],
+                    )?;
+                }
+                tx.execute(
+                    "DELETE FROM sequence_moves WHERE project = ?1 AND account = ?2 AND name = ?3",
+                    params![to.project, to.account, name],
+                )?;
+                tx.execute(
+                    "INSERT OR REPLACE INTO sequence_moves VALUES (?1, ?2, ?3, ?4)",
+                    params![self.project, self.account, name, pool],
+                )?;
+                tx.commit()?;
+                Ok(true)
+            })
+            .map_err(sql)?;
+        if moved {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!("the other project already holds a sequence named {name}")))
+        }
+    }
+
+    /// The pool of a sequence that moved away from here.
+    pub fn moved_away(&self, name: &str) -> io::Result<Option<String>> {
+        self.db
+            .with_conn(|c| {
+                c.query_row(
+                    "SELECT pool FROM sequence_moves WHERE project = ?1 AND account = ?2 AND name = ?3",
+                    params![self.project, self.account, name],
+                    |r| r.get(0),
+                )
+                .optional()
+            })
+            .map_err(sql)
+    }
+
+    /// Whether this account holds sequence `name` of `pool`.
+    pub fn holds_pool_sequence(&self, name: &str, pool: &str) -> io::Result<bool> {
+        Ok(self.load(name)?.is_some_and(|r| r.def.pool.as_deref() == Some(pool)))
+    }
+
+    /// Whether this account holds an unfinished sequence of `pool`.
+    pub fn has_pool_work(&self, pool: &str) -> io::Result<bool> {
+        Ok(self.load_all()?.iter().any(|r| !r.phase.finished() && r.def.pool.as_deref() == Some(pool)))
     }
 
     /// Batches to retire (see [`RETIRE_MIGRATION`]).
@@ -426,6 +516,7 @@ mod tests {
             state_names: vec!["state".into()],
             args: vec!["--sleep-ms".into(), "5".into()],
             inputs: vec![],
+            pool: None,
         }
     }
 
