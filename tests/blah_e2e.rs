@@ -1076,3 +1076,63 @@ fn a_failed_sequence_job_completes_as_a_failed_boinc_job_with_the_reason() {
     // The initial state is left as it was.
     assert_eq!(std::fs::read(iwd.join("state")).unwrap(), b"");
 }
+
+/// `[blah] pool`: a sequence job the pool placed is relocated to the pool's
+/// other project when its step stalls; its status, a hold and a release
+/// follow it there, and it completes with the right final state.
+#[test]
+fn a_sequence_job_placed_by_a_pool_moves_on_when_its_step_stalls_and_follows_through_hold_and_release() {
+    let (a, b) = (Sim::start(), Sim::start());
+    let dir = tempfile::tempdir().unwrap();
+    // a is first in the pool; every host of a keeps its instance for ever.
+    for id in 1..=4 {
+        a.set_host(&format!("{{\"id\": {id}, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}}"));
+    }
+    let mut pool = String::from("probe_timeout_secs = 3\nquery_timeout_secs = 3\nrefresh_secs = 3600\n");
+    for (name, sim) in [("a", &a), ("b", &b)] {
+        std::fs::write(dir.path().join(format!("{name}.key")), format!("{}\n", sim.auth)).unwrap();
+        pool.push_str(&format!("[[project]]\nname = \"{name}\"\nurl = \"{}\"\nauthenticator_file = \"{name}.key\"\n", sim.url));
+    }
+    std::fs::write(dir.path().join("pool.toml"), pool).unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "sequence_poll_ms = 200\n[blah]\npool = \"pool.toml\"\nstatus_refresh_secs = 0.3\n").unwrap();
+    let mut g = start(dir.path(), Some(&config));
+    let (iwd, job_dir) = (dir.path().join("job"), "home_bl_roam_1.0");
+    let ad = || {
+        let mut ad = sequence_job(&iwd, job_dir, 6, "--sleep-ms 300");
+        ad.insert("BoincMaxStepTime", Value::Int(2));
+        ad
+    };
+    let first = submit(&mut g, ad());
+    eventually("step 1 is submitted to a", || !sim_steps(&a, job_dir).is_empty());
+    // Moved to b, where two steps complete; the status still comes (it is
+    // asked of a's side, which forwards it).
+    let until = Instant::now() + SEQUENCE_WAIT;
+    loop {
+        let (s, st, r) = status(&mut g, &first);
+        assert!(s == 1 || s == 2, "{r:?}");
+        if st.get_int("BoincStepsDone").is_some_and(|n| n >= 2) {
+            assert_eq!(int(&st, "BoincRelocations"), 1, "{st}");
+            break;
+        }
+        assert!(Instant::now() < until, "two steps not done on b: {r:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(sim_steps(&a, job_dir).len(), 1, "step 1's one attempt on a");
+    // condor_hold: the live step on b is aborted; condor_release: the same
+    // ad again goes to b, where the sequence is, and resumes there.
+    assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: first.clone() }), ["0", "No error"]);
+    eventually("the live step on b is aborted", || sim_steps(&b, job_dir).iter().any(|s| s.2 == "ERROR" && s.3 & 16 != 0));
+    let done_at_hold = sim_steps(&b, job_dir).iter().filter(|s| s.2 == "DONE").count();
+    let second = submit(&mut g, ad());
+    let (_, done) = wait_status_within(&mut g, &second, 4, SEQUENCE_WAIT);
+    assert_eq!(int(&done, "BoincStepsDone"), 6, "{done}");
+    assert_eq!(std::fs::read_to_string(iwd.join("state")).unwrap(), expected_stepper_state(job_dir, 6));
+    let on_b = sim_steps(&b, job_dir);
+    for step in 1..=6 {
+        let done = on_b.iter().filter(|s| s.0 == step && s.2 == "DONE").count();
+        assert_eq!(done, 1, "step {step} done once on b: {on_b:?}");
+    }
+    assert!(done_at_hold >= 2, "{on_b:?}");
+    assert_eq!(sim_steps(&a, job_dir).len(), 1, "nothing more on a: {:?}", sim_steps(&a, job_dir));
+}

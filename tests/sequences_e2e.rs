@@ -85,19 +85,13 @@ fn fetch_latest(g: &mut GahpClient, name: &str, out: &Path) -> (u32, String) {
     (r[1].parse().unwrap(), std::fs::read_to_string(out.join("state")).unwrap())
 }
 
-fn set_host(sim: &Sim, json: &str) {
-    let rest = sim.url.strip_prefix("http://").unwrap();
-    let (addr, path) = rest.split_once('/').unwrap();
-    http(addr, "POST", &format!("/{path}__sim/hosts"), Some(json));
-}
-
 #[test]
 fn a_twenty_step_sequence_survives_lost_and_straggling_hosts() {
     let sim = Sim::start();
     let dir = tempfile::tempdir().unwrap();
     // Every host loses its instances until three relocations happened.
     for id in 1..=4 {
-        set_host(&sim, &format!("{{\"id\": {id}, \"lost_rate\": 1.0}}"));
+        sim.set_host(&format!("{{\"id\": {id}, \"lost_rate\": 1.0}}"));
     }
     let mut g = daemon(&sim, dir.path());
     assert_eq!(create(&mut g, dir.path(), "long", 20, 2, 50, &[]), ["NULL"]);
@@ -105,9 +99,9 @@ fn a_twenty_step_sequence_survives_lost_and_straggling_hosts() {
     // Then host 1 (the first free host, so the next attempt's) straggles
     // for ever and keeps its instance; the others work.
     for id in 1..=4 {
-        set_host(&sim, &format!("{{\"id\": {id}, \"lost_rate\": 0.0}}"));
+        sim.set_host(&format!("{{\"id\": {id}, \"lost_rate\": 0.0}}"));
     }
-    set_host(&sim, "{\"id\": 1, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}");
+    sim.set_host("{\"id\": 1, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}");
     let r = wait_until(&mut g, "long", "completion", |r| r[1] != "RUNNING");
     assert_eq!(r[1], "COMPLETED", "{r:?}");
     assert_eq!(r[2], "20", "steps done: {r:?}");
@@ -348,7 +342,7 @@ fn killed_while_a_step_is_running() {
     let sim = Sim::start();
     // Every step takes 3 s on its host (0.1 s times 30).
     for id in 1..=4 {
-        set_host(&sim, &format!("{{\"id\": {id}, \"straggler_rate\": 1.0, \"straggler_factor\": 30}}"));
+        sim.set_host(&format!("{{\"id\": {id}, \"straggler_rate\": 1.0, \"straggler_factor\": 30}}"));
     }
     let dir = tempfile::tempdir().unwrap();
     let mut g = daemon(&sim, dir.path());
@@ -398,7 +392,7 @@ fn a_missed_deadline_is_acted_on_at_the_deadline_not_at_the_next_poll() {
     let sim = Sim::start();
     // Host 1 (the first free one, so step 1's first attempt's) never
     // finishes; the replacement runs on another host.
-    set_host(&sim, "{\"id\": 1, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}");
+    sim.set_host("{\"id\": 1, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}");
     let dir = tempfile::tempdir().unwrap();
     // Polls 3 s apart, a 1 s step time: a poll would see the miss up to
     // 2 s after the deadline.
@@ -457,7 +451,7 @@ fn a_sequence_on_a_pool_moves_to_the_next_best_project_when_a_step_stalls() {
     // a is first in the pool (nothing else tells them apart), and every
     // host of a keeps its instance for ever.
     for id in 1..=4 {
-        set_host(&a, &format!("{{\"id\": {id}, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}}"));
+        a.set_host(&format!("{{\"id\": {id}, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}}"));
     }
     let pool = pool_of(dir.path(), &[("a", &a), ("b", &b)]);
     let pool_line = format!("BOINC_SELECT_PROJECT pool:{} -", pool.display());

@@ -15,18 +15,12 @@ fn peak_rss(pid: u32) -> u64 {
     kb * 1024
 }
 
-fn set_host(sim: &Sim, json: &str) {
-    let rest = sim.url.strip_prefix("http://").unwrap();
-    let (addr, path) = rest.split_once('/').unwrap();
-    http(addr, "POST", &format!("/{path}__sim/hosts"), Some(json));
-}
-
 #[test]
 fn a_512_mib_input_is_uploaded_in_bounded_memory() {
     let sim = Sim::start();
     // The hosts lose what they get: the job is not run on 512 MiB.
     for id in 1..=4 {
-        set_host(&sim, &format!("{{\"id\": {id}, \"lost_rate\": 1.0}}"));
+        sim.set_host(&format!("{{\"id\": {id}, \"lost_rate\": 1.0}}"));
     }
     let dir = tempfile::tempdir().unwrap();
     let big = dir.path().join("big.in");

@@ -61,6 +61,12 @@ impl SimProcess {
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("state JSON: {e}: {body}"))
     }
 
+    /// Changes one simulated host (`{"id": 1, "straggler_rate": 1.0, ...}`).
+    pub fn set_host(&self, json: &str) {
+        let (addr, path) = self.addr_and_path();
+        http(&addr, "POST", &format!("{path}__sim/hosts"), Some(json));
+    }
+
     pub fn set_faults(&self, plan: serde_json::Value) {
         let (addr, path) = self.addr_and_path();
         http(&addr, "PUT", &format!("{path}__sim/faults"), Some(&plan.to_string()));

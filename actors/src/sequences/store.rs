@@ -553,6 +553,47 @@ mod tests {
     }
 
     #[test]
+    fn a_move_carries_everything_leaves_a_note_and_is_refused_onto_a_name_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        let (a, b) =
+            (SequenceStore::new(db.clone(), dir.path(), "http://a/", "x"), SequenceStore::new(db.clone(), dir.path(), "http://b/", "y"));
+        let mut rec = SequenceRecord {
+            def: SequenceDef { pool: Some("/p.toml".into()), ..def() },
+            planned: 4,
+            done: 1,
+            phase: Phase::Running,
+            ended: false,
+            reason: None,
+            relocations: 1,
+            live: None,
+            dead: vec![],
+        };
+        let branch = DeadBranch { step: 2, attempt: 1, reason: "deadline missed".into(), submitted: 1.0, abandoned: 2.0 };
+        rec.dead.push(branch.clone());
+        a.bury(&rec, &branch).unwrap();
+        a.put_files("s", 1, &[StepFile { name: "state".into(), md5: "m1".into() }]).unwrap();
+
+        a.move_to(&b, "s", "/p.toml").unwrap();
+        assert_eq!(a.load("s").unwrap(), None);
+        assert_eq!(a.moved_away("s").unwrap().as_deref(), Some("/p.toml"));
+        assert_eq!(b.load("s").unwrap(), Some(rec.clone()));
+        assert!(b.holds_pool_sequence("s", "/p.toml").unwrap() && !b.holds_pool_sequence("s", "/q.toml").unwrap());
+        assert!(b.has_pool_work("/p.toml").unwrap());
+        assert_eq!(b.state_before("s", 2, &["state".into()]).unwrap(), vec![StepFile { name: "state".into(), md5: "m1".into() }]);
+        assert_eq!(b.moved_away("s").unwrap(), None);
+
+        // Back again: the note is where it left from now.
+        b.move_to(&a, "s", "/p.toml").unwrap();
+        assert_eq!(a.moved_away("s").unwrap(), None);
+        assert_eq!(b.moved_away("s").unwrap().as_deref(), Some("/p.toml"));
+        // Onto a store that holds a sequence of that name: refused, nothing moves.
+        b.save(&SequenceRecord { def: def(), ..rec.clone() }).unwrap();
+        assert!(a.move_to(&b, "s", "/p.toml").is_err());
+        assert_eq!(a.load("s").unwrap(), Some(rec));
+    }
+
+    #[test]
     fn leftovers_of_a_killed_daemon_are_swept_and_kept_files_stay() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(sweep_leftovers(dir.path()).unwrap(), 0, "no content store yet");
