@@ -1136,3 +1136,52 @@ fn a_sequence_job_placed_by_a_pool_moves_on_when_its_step_stalls_and_follows_thr
     assert!(done_at_hold >= 2, "{on_b:?}");
     assert_eq!(sim_steps(&a, job_dir).len(), 1, "nothing more on a: {:?}", sim_steps(&a, job_dir));
 }
+
+/// condor_rm of a sequence job: the gridmanager's cancel is the same as for
+/// condor_hold, so the sequence stops; one never resumed is purged after
+/// `purge_stopped_sequences_after_secs` (its batches retired, its files
+/// deleted), and a release after all is held saying so.
+#[test]
+fn a_sequence_job_cancelled_and_never_resumed_is_purged() {
+    let w = World::new("");
+    let text = std::fs::read_to_string(&w.config).unwrap();
+    std::fs::write(&w.config, format!("sequence_poll_ms = 200\npurge_stopped_sequences_after_secs = 2\n{text}")).unwrap();
+    let (sim, iwd, dir) = (&w.sim, w.path().join("job"), "home_bl_seqrm_1.0");
+    let mut g = w.start();
+    let ad = || sequence_job(&iwd, dir, 8, "--sleep-ms 400");
+    let id = submit(&mut g, ad());
+    let (_, st, _) = {
+        let until = Instant::now() + SEQUENCE_WAIT;
+        loop {
+            let s = status(&mut g, &id);
+            if s.1.get_int("BoincStepsDone").is_some_and(|n| n >= 1) {
+                break s;
+            }
+            assert!(Instant::now() < until, "no step done: {:?}", s.2);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert!(int(&st, "BoincStepsDone") >= 1);
+    let content = w.path().join("state").join("sequence-files");
+    assert!(std::fs::read_dir(&content).unwrap().count() > 0, "the state is kept while it runs");
+    assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: id.clone() }), ["0", "No error"]);
+    // Every batch of the sequence ends retired, and its files are deleted.
+    let prefix = format!("blah-{dir}#");
+    eventually("every batch of the sequence is retired", || {
+        let batches: Vec<i64> = sim.state()["batches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+            .map(|b| b["state"].as_i64().unwrap())
+            .collect();
+        !batches.is_empty() && batches.iter().all(|&s| s == 4)
+    });
+    eventually("the sequence's files are deleted", || std::fs::read_dir(&content).unwrap().count() == 0);
+    assert!(log_text(w.path()).contains("purging a sequence stopped for more than 2 s"));
+    // A release after the purge: held, saying why.
+    let again = submit(&mut g, ad());
+    let (_, held) = wait_status_within(&mut g, &again, 5, WAIT);
+    let reason = held.get_str("HoldReason").unwrap_or_default().to_string();
+    assert!(reason.contains("was purged: stopped") && reason.contains("submit the job anew"), "{reason}");
+}

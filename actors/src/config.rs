@@ -54,6 +54,12 @@ pub struct DaemonConfig {
     /// query_batch2 per project for every live step).
     #[serde(rename = "sequence_poll_ms", with = "millis")]
     pub sequence_poll: Duration,
+    /// A sequence stopped by a cancelled `batch boinc` job (condor_hold or
+    /// condor_rm: the gridmanager sends the same cancel) and not resumed
+    /// within this is taken for removed: purged (its batches retired, its
+    /// files deleted).
+    #[serde(rename = "purge_stopped_sequences_after_secs", with = "secs")]
+    pub purge_stopped_after: Duration,
     /// create_batch's first expiry, before the gridmanager's first lease.
     #[serde(rename = "initial_expire_secs", with = "secs")]
     pub initial_expire: Duration,
@@ -155,6 +161,7 @@ impl Default for DaemonConfig {
             query_coalesce: Duration::from_secs(5),
             widen_min_mod_time: true,
             sequence_poll: Duration::from_secs(30),
+            purge_stopped_after: Duration::from_secs(30 * 24 * 3600),
             initial_expire: Duration::from_secs(3600),
             create_settle: Duration::from_secs(10),
             ca_files: Vec::new(),

@@ -604,6 +604,7 @@ impl BlahProject {
             create.def.pool = pool;
             match relocator.send(create).await {
                 Ok(Ok(())) => BatchOutcome { refused: vec![], result: Ok(vec![name.clone()]) },
+                Ok(Err(e @ SequenceError::Purged(_))) => refuse(SubmitFailure::Sequence(e.to_string())),
                 Ok(Err(e)) => refuse(SubmitFailure::Sequence(format!(
                     "the work sequence could not be created: {e}; condor_release the job to try again"
                 ))),

@@ -54,6 +54,15 @@ use crate::state_db::StateDb;
 /// attempt and is no relocation).
 const STOPPED: &str = "stopped by owner";
 
+/// The reason of a sequence purged for staying stopped; a create that
+/// would resume it is refused with it.
+const PURGED: &str = "purged: stopped (its job held or removed) and not resumed within";
+
+/// A content file no sequence names is deleted once it is this old (a
+/// younger one may be a new sequence's initial state, not yet recorded),
+/// or `purge_stopped_after` if that is shorter.
+const CONTENT_SETTLED: std::time::Duration = std::time::Duration::from_secs(3600);
+
 #[derive(Debug, thiserror::Error)]
 pub enum SequenceError {
     #[error("no sequence named {0}")]
@@ -62,6 +71,8 @@ pub enum SequenceError {
     Exists(String),
     #[error("sequence {0} is finished")]
     Finished(String),
+    #[error("{0}")]
+    Purged(String),
     #[error("sequence {name} has no completed step {step}")]
     NoSuchStep { name: String, step: u32 },
     #[error("invalid sequence: {0}")]
@@ -155,8 +166,46 @@ impl SequenceRelocator {
     /// One round, every `sequence_poll`: [`advance`](Self::advance), then
     /// poll the live steps and act on what the poll says.
     fn tick(&mut self, ctx: &mut Context<Self>) {
+        self.purge_stopped(ctx);
         self.advance(ctx);
         self.poll(ctx);
+    }
+
+    /// Purges the sequences stopped for longer than `purge_stopped_after`:
+    /// the gridmanager cancels a `batch boinc` job alike for condor_hold
+    /// and condor_rm, so one that is never resumed was removed. Its
+    /// batches are retired and its files deleted; its record stays, so a
+    /// release after all is told what happened.
+    fn purge_stopped(&mut self, ctx: &mut Context<Self>) {
+        let (now, after) = (unix_now(), self.config.purge_stopped_after.as_secs_f64());
+        let due: Vec<String> = self
+            .seqs
+            .iter()
+            .filter(|(n, r)| r.phase == Phase::Stopped && !self.busy.contains(*n))
+            .filter(|(_, r)| {
+                let stopped = r.dead.iter().filter(|d| d.reason == STOPPED).map(|d| d.abandoned).fold(f64::NAN, f64::max);
+                stopped.is_finite() && now - stopped > after
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in due {
+            let Some(rec) = self.seqs.get_mut(&name) else { continue };
+            rec.phase = Phase::Aborted;
+            rec.reason = Some(format!("{PURGED} {} s", after.round()));
+            let mut retire = attempt_batches(rec, &name, rec.done, 0);
+            retire.extend(attempt_batches(rec, &name, rec.done + 1, 0));
+            tracing::info!(sequence = %name, "purging a sequence stopped for more than {} s", after.round());
+            self.save(&name);
+            self.clean_up(None, retire, ctx);
+            let (store, n, settled) = (self.store.clone(), name.clone(), CONTENT_SETTLED.min(self.config.purge_stopped_after));
+            actix_rt::spawn(async move {
+                match tokio::task::spawn_blocking(move || store.purge_files(&n, settled)).await {
+                    Ok(Ok(n)) => tracing::info!(sequence = %name, files = n, "purged sequence's files deleted"),
+                    Ok(Err(e)) => tracing::warn!(sequence = %name, "can't delete a purged sequence's files: {e}"),
+                    Err(_) => {}
+                }
+            });
+        }
     }
 
     /// Starts due steps and submits what is not on the server. Called after
@@ -860,6 +909,8 @@ impl Handler<CreateSequence> for SequenceRelocator {
         if let Some(rec) = self.seqs.get_mut(&name) {
             let r = if rec.def != msg.def {
                 Err(SequenceError::Exists(name.clone()))
+            } else if let Some(why) = rec.reason.as_ref().filter(|r| r.starts_with(PURGED)) {
+                Err(SequenceError::Purged(format!("sequence {name} was {why}; submit the job anew")))
             } else if rec.phase == Phase::Stopped {
                 rec.phase = Phase::Running;
                 rec.reason = None;

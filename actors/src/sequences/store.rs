@@ -412,6 +412,44 @@ impl SequenceStore {
         Ok(self.load_all()?.iter().any(|r| !r.phase.finished() && r.def.pool.as_deref() == Some(pool)))
     }
 
+    /// Forgets the files of sequence `name` (a purged one) and deletes
+    /// every content file that no sequence names any more and that is older
+    /// than `settled` (a younger one may be a new sequence's, kept but not
+    /// yet recorded); returns how many were deleted.
+    pub fn purge_files(&self, name: &str, settled: std::time::Duration) -> io::Result<usize> {
+        let kept: std::collections::HashSet<String> = self
+            .db
+            .with_conn(|c| {
+                c.execute(
+                    "DELETE FROM sequence_files WHERE project = ?1 AND account = ?2 AND name = ?3",
+                    params![self.project, self.account, name],
+                )?;
+                let mut q = c.prepare("SELECT DISTINCT md5 FROM sequence_files")?;
+                let rows = q.query_map([], |r| r.get(0))?;
+                rows.collect()
+            })
+            .map_err(sql)?;
+        let entries = match std::fs::read_dir(&self.files) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        let now = std::time::SystemTime::now();
+        let mut deleted = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // Content names only: temporary files are atomic_file's to sweep.
+            if name.len() != 32 || !name.bytes().all(|b| b.is_ascii_hexdigit()) || kept.contains(&name) {
+                continue;
+            }
+            let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| now.duration_since(t).unwrap_or_default() >= settled);
+            if old && std::fs::remove_file(entry.path()).is_ok() {
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
     /// Batches to retire (see [`RETIRE_MIGRATION`]).
     pub fn queue_retires(&self, batches: &[String]) -> io::Result<()> {
         self.db
