@@ -108,7 +108,7 @@ fn replay_command(cli: &Cli, seed: u64) -> String {
 fn print_run(r: &RunReport, replay: &str) {
     println!("seed {} ({:.0} s, {} RPCs through the proxy)", r.seed, r.seconds, r.rpcs);
     println!("  {:<22} {:>6}", "batches / jobs", format!("{}/{}", r.batches, r.jobs));
-    let rows: [(&str, String); 13] = [
+    let rows: [(&str, String); 14] = [
         ("submits ok / errors", format!("{}/{}", r.submits_ok, r.submit_errors)),
         ("resubmits", r.resubmits.to_string()),
         ("queries", r.queries.to_string()),
@@ -118,7 +118,8 @@ fn print_run(r: &RunReport, replay: &str) {
         ("retired", r.retired.to_string()),
         ("BLAH jobs", r.blah_jobs.to_string()),
         ("batches via the pool", r.pool_batches.to_string()),
-        ("sequences / steps / relocations", format!("{}/{}/{}", r.sequences, r.sequence_steps, r.relocations)),
+        ("sequences / on the pool", format!("{}/{}", r.sequences, r.pool_sequences)),
+        ("sequence steps / relocations", format!("{}/{}", r.sequence_steps, r.relocations)),
         ("kill -9", if r.kills.is_empty() { "-".into() } else { r.kills.join(",") }),
         ("restarts", r.restarts.to_string()),
         ("violations", r.violations.len().to_string()),

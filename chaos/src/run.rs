@@ -68,6 +68,8 @@ pub struct RunReport {
     pub blah_jobs: usize,
     /// Batches submitted with the pool selected.
     pub pool_batches: usize,
+    /// Work sequences created with the pool selected.
+    pub pool_sequences: usize,
     pub sequences: usize,
     pub sequence_steps: usize,
     pub relocations: usize,
@@ -711,21 +713,21 @@ impl Run<'_> {
     /// Work sequences of the simulated project's `stepper` app (its final
     /// state proves every step ran once, in order, on the right state),
     /// one host losing instances so steps relocate, and now and then a
-    /// kill -9 mid-sequence. Skipped on a real project (no stepper app).
+    /// kill -9 mid-sequence. The first runs on the pool of both lanes, so a
+    /// relocated step moves to the other lane's project; the second on
+    /// lane a. Skipped on a real project (no stepper app).
     fn sequences(&mut self) -> Result<(), String> {
         if !self.spec.truth.lists_retired() {
             self.report.skipped.push("work sequences: the stepper app is the simulated project's".into());
             return Ok(());
-        }
-        // A sequence runs on one project, not on a pool.
-        if self.lane == POOL_LANE {
-            self.switch_lane(0)?;
         }
         // Its own RNG: the other lanes' decisions stay as they were.
         let mut rng = StdRng::seed_from_u64(self.spec.seed ^ 0x5e9_5e9);
         let mut planned = Vec::new();
         for k in 0..2 {
             let name = format!("{}_seq{k}", self.prefix());
+            let lane = if k == 0 { POOL_LANE } else { 0 };
+            self.switch_lane(lane)?;
             let steps: u32 = rng.gen_range(3..=5);
             // The second one is ended by its own back end (the marker).
             let end_at = (k == 1).then(|| steps - 1);
@@ -752,7 +754,8 @@ impl Run<'_> {
                 continue;
             }
             self.report.sequences += 1;
-            planned.push((name, end_at.unwrap_or(steps), extra_text));
+            self.report.pool_sequences += usize::from(lane == POOL_LANE);
+            planned.push((name, lane, end_at.unwrap_or(steps), extra_text));
         }
         // One host loses a share of what it is sent: some steps relocate.
         let lost = format!("{{\"id\": 1, \"lost_rate\": {}}}", rng.gen_range(0.1..0.3));
@@ -762,7 +765,8 @@ impl Run<'_> {
             self.kill_and_restart("mid-sequence")?;
         }
         let until = Instant::now() + self.spec.finish_wait;
-        for (name, steps, extra) in planned {
+        for (name, lane, steps, extra) in planned {
+            self.switch_lane(lane)?;
             let r = loop {
                 let r = self.sequence(SequenceCommand::Query { name: name.clone() })?;
                 if r.first().map(String::as_str) != Some("NULL") || r.get(1).map(String::as_str) != Some("RUNNING") {
