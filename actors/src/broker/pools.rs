@@ -89,13 +89,13 @@ impl Pools {
     }
 
     pub(super) fn pool(&mut self, path: &Path) -> Result<PoolHandle, PoolError> {
-        // One handle per pool file, however it is named.
-        let path = &PathBuf::from(pool_id(path));
-        if let Some(h) = self.pools.get(path) {
+        // One handle per pool file, however it is named; loaded from the
+        // name given (its relative paths are taken from there).
+        let id = pool_id(path);
+        if let Some(h) = self.pools.get(Path::new(&id)) {
             return Ok(h.clone());
         }
         let pool = Arc::new(Pool::load(path)?);
-        let id = pool_id(path);
         tracing::info!(pool = %id, projects = pool.projects.len(), "pool loaded");
         self.resume_sequences(&id, &pool);
         let h = PoolHandle {
@@ -105,7 +105,7 @@ impl Pools {
             functions: RankFunctions::new(pool.clone()).start(),
             pool,
         };
-        self.pools.insert(path.to_path_buf(), h.clone());
+        self.pools.insert(PathBuf::from(&h.id), h.clone());
         Ok(h)
     }
 
