@@ -1088,12 +1088,7 @@ fn a_sequence_job_placed_by_a_pool_moves_on_when_its_step_stalls_and_follows_thr
     for id in 1..=4 {
         a.set_host(&format!("{{\"id\": {id}, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}}"));
     }
-    let mut pool = String::from("probe_timeout_secs = 3\nquery_timeout_secs = 3\nrefresh_secs = 3600\n");
-    for (name, sim) in [("a", &a), ("b", &b)] {
-        std::fs::write(dir.path().join(format!("{name}.key")), format!("{}\n", sim.auth)).unwrap();
-        pool.push_str(&format!("[[project]]\nname = \"{name}\"\nurl = \"{}\"\nauthenticator_file = \"{name}.key\"\n", sim.url));
-    }
-    std::fs::write(dir.path().join("pool.toml"), pool).unwrap();
+    pool_file(dir.path(), &[("a", &a), ("b", &b)], "");
     let config = dir.path().join("config.toml");
     std::fs::write(&config, "sequence_poll_ms = 200\n[blah]\npool = \"pool.toml\"\nstatus_refresh_secs = 0.3\n").unwrap();
     let mut g = start(dir.path(), Some(&config));

@@ -6,19 +6,6 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 
-/// Writes each project's key file and the pool file; `extra` goes on top.
-fn pool_file(dir: &Path, projects: &[(&str, &Sim)], extra: &str) -> PathBuf {
-    let mut text = format!("probe_timeout_secs = 3\nquery_timeout_secs = 3\nrefresh_secs = 3600\n{extra}\n");
-    for (name, sim) in projects {
-        let key = dir.join(format!("{name}.key"));
-        std::fs::write(&key, format!("{}\n", sim.auth)).unwrap();
-        text.push_str(&format!("[[project]]\nname = \"{name}\"\nurl = \"{}\"\nauthenticator_file = \"{}\"\n", sim.url, key.display()));
-    }
-    let path = dir.join("pool.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 fn select_pool(g: &mut GahpClient, pool: &Path) {
     let line = format!("BOINC_SELECT_PROJECT pool:{} -", pool.display());
     assert_eq!(g.command_line(line.as_bytes()).unwrap(), ["S"]);

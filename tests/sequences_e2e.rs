@@ -415,19 +415,6 @@ fn a_missed_deadline_is_acted_on_at_the_deadline_not_at_the_next_poll() {
     assert!((0..1000).contains(&late[0]), "replacement submitted {} ms after the deadline", late[0]);
 }
 
-/// Writes the projects' key files and a pool file of them, in this order.
-fn pool_of(dir: &Path, projects: &[(&str, &Sim)]) -> std::path::PathBuf {
-    let mut text = String::from("probe_timeout_secs = 3\nquery_timeout_secs = 3\nrefresh_secs = 3600\n");
-    for (name, sim) in projects {
-        let key = dir.join(format!("{name}.key"));
-        std::fs::write(&key, format!("{}\n", sim.auth)).unwrap();
-        text.push_str(&format!("[[project]]\nname = \"{name}\"\nurl = \"{}\"\nauthenticator_file = \"{}\"\n", sim.url, key.display()));
-    }
-    let path = dir.join("pool.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 fn select(g: &mut GahpClient, line: &str) {
     assert_eq!(g.command_line(line.as_bytes()).unwrap(), ["S"], "{line}");
 }
@@ -453,7 +440,7 @@ fn a_sequence_on_a_pool_moves_to_the_next_best_project_when_a_step_stalls() {
     for id in 1..=4 {
         a.set_host(&format!("{{\"id\": {id}, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}}"));
     }
-    let pool = pool_of(dir.path(), &[("a", &a), ("b", &b)]);
+    let pool = pool_file(dir.path(), &[("a", &a), ("b", &b)], "");
     let pool_line = format!("BOINC_SELECT_PROJECT pool:{} -", pool.display());
     let mut g = daemon(&a, dir.path());
     select(&mut g, &pool_line);

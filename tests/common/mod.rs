@@ -116,3 +116,16 @@ pub fn ready_gahp(sim: &Sim, dir: &Path) -> GahpClient {
     assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
     g
 }
+
+/// Writes each project's key file and the pool file; `extra` goes on top.
+pub fn pool_file(dir: &Path, projects: &[(&str, &Sim)], extra: &str) -> PathBuf {
+    let mut text = format!("probe_timeout_secs = 3\nquery_timeout_secs = 3\nrefresh_secs = 3600\n{extra}\n");
+    for (name, sim) in projects {
+        let key = dir.join(format!("{name}.key"));
+        std::fs::write(&key, format!("{}\n", sim.auth)).unwrap();
+        text.push_str(&format!("[[project]]\nname = \"{name}\"\nurl = \"{}\"\nauthenticator_file = \"{}\"\n", sim.url, key.display()));
+    }
+    let path = dir.join("pool.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
