@@ -440,6 +440,8 @@ fn a_sequence_on_a_pool_moves_to_the_next_best_project_when_a_step_stalls() {
     for id in 1..=4 {
         a.set_host(&format!("{{\"id\": {id}, \"straggler_rate\": 1.0, \"straggler_factor\": 1e9}}"));
     }
+    // b's probe answers slowly: no attempt is made on a meanwhile.
+    b.set_faults(serde_json::json!({"seed": 1, "rules": {"submit_rpc_handler.php:get_templates": {"delay": 1.0, "delay_ms": 1500}}}));
     let pool = pool_file(dir.path(), &[("a", &a), ("b", &b)], "");
     let pool_line = format!("BOINC_SELECT_PROJECT pool:{} -", pool.display());
     let mut g = daemon(&a, dir.path());

@@ -681,6 +681,8 @@ impl SequenceRelocator {
     /// the next attempt is made here.
     fn move_on(&mut self, name: String, pool: String, pools: Addr<Pools>, step: u32, late: Option<f64>, ctx: &mut Context<Self>) {
         let Some(rec) = self.seqs.get(&name) else { return };
+        // No attempt is made here while the broker is asked.
+        self.busy.insert(name.clone());
         let state_paths = match self.store.state_before(&name, step, &rec.def.state_names) {
             Ok(files) => files.iter().map(|f| self.store.content_path(&f.md5)).collect::<Vec<_>>(),
             Err(e) => {
