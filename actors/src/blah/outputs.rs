@@ -39,9 +39,10 @@ pub fn held_ad(batch: &str, reason: &str) -> ClassAd {
 
 /// Places a completed (DONE) job's files: each planned output, `Out` (the
 /// app's `stdout` output, else an empty file) and `Err` (the BOINC stderr
-/// text, from `job`, its query_completed_job); returns its status-4 ad. `templates` are its app's (the
-/// project actor's cache: no get_templates per job). An output `zip` (its
-/// batch's) holds is taken from it; any other is downloaded alone.
+/// text, from `job`, its query_completed_job); returns its status-4 ad.
+/// `templates` are its app's (the project actor's cache: no get_templates
+/// per job). An output `zip` (its batch's) holds is taken from it; any
+/// other is downloaded alone.
 #[allow(clippy::too_many_arguments)]
 pub async fn deliver_done(
     rpc: &Addr<RpcClient>,

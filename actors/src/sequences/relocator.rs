@@ -54,10 +54,6 @@ use crate::state_db::StateDb;
 /// attempt and is no relocation).
 const STOPPED: &str = "stopped by owner";
 
-/// The reason of a sequence purged for staying stopped; a create that
-/// would resume it is refused with it.
-const PURGED: &str = "purged: stopped (its job held or removed) and not resumed within";
-
 /// A content file no sequence names is deleted once it is this old (a
 /// younger one may be a new sequence's initial state, not yet recorded),
 /// or `purge_stopped_after` if that is shorter.
@@ -190,10 +186,9 @@ impl SequenceRelocator {
             .collect();
         for name in due {
             let Some(rec) = self.seqs.get_mut(&name) else { continue };
-            rec.phase = Phase::Aborted;
-            rec.reason = Some(format!("{PURGED} {} s", after.round()));
-            let mut retire = attempt_batches(rec, &name, rec.done, 0);
-            retire.extend(attempt_batches(rec, &name, rec.done + 1, 0));
+            rec.phase = Phase::Purged;
+            rec.reason = Some(format!("purged: stopped (its job held or removed) and not resumed within {} s", after.round()));
+            let retire = batches_left(rec, &name, rec.done + 1, 0);
             tracing::info!(sequence = %name, "purging a sequence stopped for more than {} s", after.round());
             self.save(&name);
             self.clean_up(None, retire, ctx);
@@ -532,6 +527,12 @@ impl SequenceRelocator {
                 abandoned: now,
             };
             rec.dead.push(branch.clone());
+            // The deadline it missed, if that is why: to log how late its
+            // replacement is.
+            let late = match (&why, live.first_in_progress) {
+                (Relocation::DeadlineMissed, Some(seen)) => Some(seen + f64::from(rec.def.max_step_time)),
+                _ => None,
+            };
             if let (Some(pool), Some(pools), Some(_)) = (rec.def.pool.clone(), act.pools.clone(), next) {
                 // The next attempt is made where the sequence goes.
                 rec.relocations += 1;
@@ -539,10 +540,6 @@ impl SequenceRelocator {
                 if let Err(e) = act.store.bury(rec, &branch) {
                     tracing::error!(sequence = %name, "can't record a dead branch: {e}");
                 }
-                let late = match (&why, live.first_in_progress) {
-                    (Relocation::DeadlineMissed, Some(seen)) => Some(seen + f64::from(rec.def.max_step_time)),
-                    _ => None,
-                };
                 tracing::info!(sequence = %name, step = live.step, "relocating within pool {pool}: {}", why.reason());
                 act.move_on(name, pool, pools, live.step, late, ctx);
                 return;
@@ -558,8 +555,7 @@ impl SequenceRelocator {
                         server: ServerState::Unknown,
                     });
                     act.unsubmitted.insert(name.clone());
-                    if let (Relocation::DeadlineMissed, Some(seen)) = (&why, live.first_in_progress) {
-                        let deadline = seen + f64::from(rec.def.max_step_time);
+                    if let Some(deadline) = late {
                         act.replacing_late.insert(decide::job_name(&name, live.step, attempt), deadline);
                     }
                     tracing::info!(sequence = %name, step = live.step, attempt, "relocating: {}", why.reason());
@@ -572,9 +568,7 @@ impl SequenceRelocator {
             }
             // A failed sequence needs none of its batches any more.
             if let Some(rec) = act.seqs.get(&name).filter(|r| r.phase == Phase::Failed) {
-                let mut retire = attempt_batches(rec, &name, rec.done, 0);
-                retire.extend(attempt_batches(rec, &name, live.step, live.attempt));
-                act.clean_up(None, retire, ctx);
+                act.clean_up(None, batches_left(rec, &name, live.step, live.attempt), ctx);
             }
             if let Some(rec) = act.seqs.get(&name) {
                 if let Err(e) = act.store.bury(rec, &branch) {
@@ -723,11 +717,7 @@ impl SequenceRelocator {
             act.unsubmitted.remove(&name);
             if let Some(rec) = act.seqs.remove(&name) {
                 // Nothing of it is needed here any more.
-                let mut retire = Vec::new();
-                for s in 1..=step {
-                    retire.extend(attempt_batches(&rec, &name, s, 0));
-                }
-                act.clean_up(None, retire, ctx);
+                act.clean_up(None, batches_left(&rec, &name, step, 0), ctx);
             }
             relocator.do_send(AdoptSequence { name, late_deadline: late });
         }));
@@ -793,13 +783,7 @@ impl SequenceRelocator {
             rec.dead.push(branch.clone());
             self.store.bury(rec, &branch).map_err(local)?;
             // An aborted sequence needs none of its batches any more.
-            let retire = if phase == Phase::Aborted {
-                let mut all = attempt_batches(rec, name, rec.done, 0);
-                all.extend(attempt_batches(rec, name, live.step, live.attempt));
-                all
-            } else {
-                Vec::new()
-            };
+            let retire = if phase == Phase::Aborted { batches_left(rec, name, live.step, live.attempt) } else { Vec::new() };
             self.unsubmitted.remove(name);
             self.replacing_late.remove(&decide::job_name(name, live.step, live.attempt));
             self.clean_up(Some(decide::job_name(name, live.step, live.attempt)), retire, ctx);
@@ -821,6 +805,15 @@ fn attempt_batches(rec: &SequenceRecord, name: &str, step: u32, upto: u32) -> Ve
     // A completed step's attempt comes after all its dead ones.
     let last = if step <= rec.done { dead + 1 } else { dead }.max(upto);
     (1..=last).map(|a| decide::job_name(name, step, a)).collect()
+}
+
+/// The batches a sequence still has on the server (those of earlier steps
+/// are retired as it goes): its last completed step's and every attempt of
+/// step `current`, at least `upto`.
+fn batches_left(rec: &SequenceRecord, name: &str, current: u32, upto: u32) -> Vec<String> {
+    let mut all = attempt_batches(rec, name, rec.done, 0);
+    all.extend(attempt_batches(rec, name, current, upto));
+    all
 }
 
 /// A submit failure that may pass: transient, or the project is down.
@@ -911,7 +904,8 @@ impl Handler<CreateSequence> for SequenceRelocator {
         if let Some(rec) = self.seqs.get_mut(&name) {
             let r = if rec.def != msg.def {
                 Err(SequenceError::Exists(name.clone()))
-            } else if let Some(why) = rec.reason.as_ref().filter(|r| r.starts_with(PURGED)) {
+            } else if rec.phase == Phase::Purged {
+                let why = rec.reason.as_deref().unwrap_or("purged");
                 Err(SequenceError::Purged(format!("sequence {name} was {why}; submit the job anew")))
             } else if rec.phase == Phase::Stopped {
                 rec.phase = Phase::Running;

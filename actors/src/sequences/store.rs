@@ -38,7 +38,8 @@ pub struct SequenceDef {
 }
 
 /// Where a sequence is; `Stopped` is resumable (its live step was aborted
-/// by the owner's stop, e.g. a held HTCondor job).
+/// by the owner's stop, e.g. a held HTCondor job); `Purged` was stopped too
+/// long and is gone for good (its files deleted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     Running,
@@ -46,6 +47,7 @@ pub enum Phase {
     Completed,
     Failed,
     Aborted,
+    Purged,
 }
 
 impl Phase {
@@ -56,6 +58,7 @@ impl Phase {
             Phase::Completed => "COMPLETED",
             Phase::Failed => "FAILED",
             Phase::Aborted => "ABORTED",
+            Phase::Purged => "PURGED",
         }
     }
 
@@ -65,6 +68,7 @@ impl Phase {
             "COMPLETED" => Phase::Completed,
             "FAILED" => Phase::Failed,
             "ABORTED" => Phase::Aborted,
+            "PURGED" => Phase::Purged,
             _ => Phase::Running,
         }
     }
@@ -76,12 +80,12 @@ impl Phase {
             Phase::Running | Phase::Stopped => SequenceStatus::Running,
             Phase::Completed => SequenceStatus::Completed,
             Phase::Failed => SequenceStatus::Failed,
-            Phase::Aborted => SequenceStatus::Aborted,
+            Phase::Aborted | Phase::Purged => SequenceStatus::Aborted,
         }
     }
 
     pub fn finished(self) -> bool {
-        matches!(self, Phase::Completed | Phase::Failed | Phase::Aborted)
+        matches!(self, Phase::Completed | Phase::Failed | Phase::Aborted | Phase::Purged)
     }
 }
 
