@@ -43,17 +43,6 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-fn peak_rss_mb(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 fn batch(name: &str, jobs: usize, files: &[PathBuf]) -> SubmitBatch {
     SubmitBatch {
         batch_name: name.into(),
@@ -143,7 +132,7 @@ fn big_submit(jobs: usize) {
     println!(
         "BOINC_SUBMIT of {jobs} jobs end to end: return line after {ret:?}, result after {:.2} s; daemon peak RSS {:.0} MB",
         done.as_secs_f64(),
-        peak_rss_mb(g.pid())
+        g.peak_rss_mib()
     );
     let t = Instant::now();
     let r = g.call(|id| cmd(id, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec!["bigbatch".into()] }), WAIT).unwrap();
@@ -245,7 +234,7 @@ fn storm_memory(jobs: usize, n: u32) {
     let files = write_files(&dir.path().join("in"), 100, 64, "stormmem");
     let mut g = daemon(dir.path(), &sim);
     assert_eq!(g.call(|id| cmd(id, AsyncCommand::Submit(batch("stormmem", jobs, &files))), WAIT).unwrap(), ["NULL"]);
-    let after_submit = peak_rss_mb(g.pid());
+    let after_submit = g.peak_rss_mib();
     let t = Instant::now();
     for id in 5000..5000 + n {
         g.submit_async(&cmd(id, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec!["stormmem".into()] })).unwrap();
@@ -263,7 +252,7 @@ fn storm_memory(jobs: usize, n: u32) {
          daemon peak RSS {after_submit:.0} MB after the submit, {:.0} MB after the storm",
         t.elapsed().as_secs_f64(),
         bytes as f64 / 1e6,
-        peak_rss_mb(g.pid())
+        g.peak_rss_mib()
     );
 }
 

@@ -39,17 +39,6 @@ count = 300
 flops = 1e10
 ";
 
-fn peak_rss_mb(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<f64>().ok())
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
-}
-
 fn seq(id: u32, command: SequenceCommand) -> Request {
     Request::Sequence { reqid: ReqId(id), command }
 }
@@ -152,7 +141,7 @@ fn run(n: usize) {
         running = still;
     }
     let makespan = t0.elapsed();
-    let peak = peak_rss_mb(g.pid());
+    let peak = g.peak_rss_mib();
 
     let failed = last.iter().filter(|(_, r)| r[1] != "COMPLETED").count();
     let relocations: u64 = last.iter().map(|(_, r)| r[6].parse::<u64>().unwrap()).sum();

@@ -104,6 +104,18 @@ impl GahpClient {
         self.child.id()
     }
 
+    /// The daemon's peak resident set so far (VmHWM in /proc), in MiB; NaN
+    /// where it can't be read.
+    pub fn peak_rss_mib(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find(|l| l.starts_with("VmHWM:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    }
+
     /// The next logical line as written (prefix included), raw.
     pub fn read_line(&mut self) -> io::Result<Vec<u8>> {
         self.read_line_within(LINE_TIMEOUT)
