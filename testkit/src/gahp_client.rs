@@ -288,7 +288,26 @@ impl GahpClient {
             if Instant::now() > until {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, format!("no result for request {reqid}")));
             }
-            std::thread::sleep(Duration::from_millis(20));
+            self.await_notification(Duration::from_millis(20))?;
+        }
+    }
+
+    /// Waits up to `within` for an `R` line (async mode says a result is
+    /// ready with one), so a result is collected as soon as it is written,
+    /// not at the next poll. Nothing else may arrive between commands.
+    fn await_notification(&mut self, within: Duration) -> io::Result<()> {
+        match self.read_line_within(within) {
+            Ok(line) => match self.unprefixed(&line) {
+                Some(l) if l == b"R" => {
+                    self.notifications += 1;
+                    Ok(())
+                }
+                // Lines without the prefix are discarded, as by the gridmanager.
+                None => Ok(()),
+                Some(_) => Err(bad(format!("unexpected line between commands: {:?}", String::from_utf8_lossy(&line)))),
+            },
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => Ok(()),
+            Err(e) => Err(e),
         }
     }
 
