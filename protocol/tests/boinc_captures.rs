@@ -89,6 +89,11 @@ fn submit_one(batch_id: i64, job_name: &str, files: Vec<&str>) -> String {
     request::submit_batch(&auth(), batch_id, "uppercase", &SubmitParams::default(), &jobs)
 }
 
+fn submit_one_with_args(args: &[String]) -> String {
+    let jobs = [SubmitJob { name: "j", args, files: vec![FILE] }];
+    request::submit_batch(&auth(), 1, "stepper", &SubmitParams::default(), &jobs)
+}
+
 /// Batch 10 as `query_batch`/`query_batches` show it while its job runs.
 fn batch_10(state: i64, expire_time: f64, jobs: &[&str]) -> BatchInfo {
     BatchInfo {
@@ -215,6 +220,42 @@ fn check(name: &str) {
         "submit_batch_not_owner_or_bad_batch.txt" => {
             assert_eq!(parse_submit_batch(&body(name)), Err(boinc("no batch 999999")));
         }
+        "submit_batch_raw_single_quote.txt" => {
+            // create_work's unescaped SQL insert of xml_doc.
+            let Err(ReplyError::Boinc { num: -1, msg }) = parse_submit_batch(&body(name)) else { panic!("not a BOINC error") };
+            assert!(msg.starts_with("create_work failed: Database error: You have an error in your SQL syntax"), "{msg}");
+            assert!(msg.contains("near 'two words' gamma\n</command_line>\n"), "{msg}");
+        }
+        "submit_batch_raw_double_quote.txt" => {
+            // The `"` ended the PHP's wrapper: `two` was read as an input.
+            let Err(ReplyError::Boinc { num: -1, msg }) = parse_submit_batch(&body(name)) else { panic!("not a BOINC error") };
+            assert!(msg.starts_with("create_work failed: md5_file: can't open ") && msg.contains("/two\n"), "{msg}");
+        }
+        "submit_batch_raw_backslash.txt" => assert_eq!(parse_submit_batch(&body(name)), Ok(7)),
+        "submit_batch_char_refs.txt" => {
+            assert_eq!(parse_submit_batch(&body(name)), Ok(9));
+            // The daemon writes these arguments as the request that worked
+            // did (it ends with two probes of what cannot be carried).
+            let args: Vec<String> = [
+                "alpha",
+                "two words",
+                "it's here",
+                "tab\there",
+                "line\nbreak",
+                "na\u{ef}ve \u{65e5}\u{672c}",
+                "back\\slash",
+                "amp&er",
+                "lt<",
+            ]
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+            let words = gahp_protocol::boinc::command_line::quote_args(&args).unwrap();
+            let built = submit_one_with_args(&words);
+            let line = |xml: &str| xml.split("<command_line>").nth(1).unwrap().split("</command_line>").next().unwrap().to_string();
+            let (built, sent) = (line(&built), line(&request_xml(name)));
+            assert!(sent.starts_with(&format!("{built} ")), "{built}\n{sent}");
+        }
         "submit_batch_wrong_nfiles.txt" => {
             assert_eq!(parse_submit_batch(&body(name)), Err(boinc("wrong # of input files for job 0: need 1, got 0")));
             same_request(submit_one(0, "cap_job_091015_0", vec![]));
@@ -257,6 +298,18 @@ fn check(name: &str) {
             assert!(!e.is_duplicate_entry());
             let msg = fatal_message(e);
             assert!(msg.starts_with("Uncaught mysqli_sql_exception: You have an error in your SQL syntax"), "{msg}");
+        }
+        "query_completed_job_char_refs.txt" => {
+            // What the app of submit_batch_char_refs.txt saw as its argv.
+            let job = parse_query_completed_job(&body(name)).unwrap();
+            for want in
+                ["argv[2]=two words\n", "argv[3]=it's here\n", "argv[4]=tab\there\n", "argv[5]=line\nbreak\n", "argv[7]=back\\slash\n"]
+            {
+                assert!(job.stderr_out.contains(want), "{want:?} in {}", job.stderr_out);
+            }
+            assert!(job.stderr_out.contains("argv[8]=amp&er\nargv[9]=lt<\n"), "{}", job.stderr_out);
+            // `''` did not close: one word to the end of the line.
+            assert!(job.stderr_out.contains("argv[10]=' x\u{7f}y \n"), "{}", job.stderr_out);
         }
         "query_completed_job_no_such.txt" => {
             assert_eq!(parse_query_completed_job(&body(name)), Err(boinc("no such job")));
