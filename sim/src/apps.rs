@@ -175,14 +175,14 @@ impl AppSpec {
     }
 
     /// The argv of one run: the built-in entry or `command`, then the job's
-    /// args split as BOINC does. `None` if `command` is an empty list.
+    /// args unescaped and split as a BOINC client does. `None` if `command` is an empty list.
     pub fn argv(&self, exe: &Path, command_line: &str) -> Option<Vec<OsString>> {
         let mut argv: Vec<OsString> = match &self.command {
             None => vec![exe.as_os_str().to_owned(), APP_ENTRY_ARG.into(), self.name.clone().into()],
             Some(cmd) if cmd.is_empty() => return None,
             Some(cmd) => cmd.iter().map(OsString::from).collect(),
         };
-        argv.extend(split_command_line(command_line).into_iter().map(OsString::from));
+        argv.extend(split_command_line(&xml_unescape(command_line)).into_iter().map(OsString::from));
         Some(argv)
     }
 }
@@ -585,15 +585,65 @@ fn make_zip(entries: &[(&str, &[u8], bool)]) -> zip::result::ZipResult<Vec<u8>> 
     Ok(w.finish()?.into_inner())
 }
 
+/// BOINC's `xml_unescape()`, which the client applies to a workunit's
+/// `<command_line>` before splitting it: `&lt;` `&gt;` `&quot;` `&apos;`
+/// `&amp;`, `&#xA;` and `&#xD;`, and `&#` followed by a decimal number read
+/// with C's `atoi` into one `char` (so `&#39;` is `'`; a number past 127 is
+/// not a character here and is kept as written). Anything else is kept.
+pub fn xml_unescape(s: &str) -> String {
+    const NAMED: [(&str, char); 9] = [
+        ("&lt;", '<'),
+        ("&gt;", '>'),
+        ("&quot;", '"'),
+        ("&apos;", '\''),
+        ("&amp;", '&'),
+        ("&#xA;", '\n'),
+        ("&#xa;", '\n'),
+        ("&#xD;", '\r'),
+        ("&#xd;", '\r'),
+    ];
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('&') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        if let Some((e, c)) = NAMED.iter().find(|(e, _)| rest.starts_with(e)) {
+            out.push(*c);
+            rest = &rest[e.len()..];
+            continue;
+        }
+        if let Some(num) = rest.strip_prefix("&#") {
+            let digits = num.len() - num.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            if let Some(c) = num[..digits].parse::<u8>().ok().filter(|n| (1..=127).contains(n)).map(char::from) {
+                out.push(c);
+                // Past the `;` if there is one, else past the digits.
+                rest = match num.find(';') {
+                    Some(semi) => &num[semi + 1..],
+                    None => &num[digits..],
+                };
+                continue;
+            }
+        }
+        out.push('&');
+        rest = &rest[1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Splits a job's command line into words as BOINC's `parse_command_line`
 /// does: runs of whitespace separate words; a word that *starts* with `"`
 /// or `'` extends to the next identical quote (which may enclose
-/// whitespace, and `""` gives an empty word); a quote elsewhere is an
-/// ordinary character; the character after a closing quote starts a new
-/// word; an unclosed quote extends to the end. No escapes.
+/// whitespace); the character right after the opening quote is taken into
+/// the word unlooked-at, so `''` does not close (seen on a real server: it
+/// swallows the rest of the line); a quote elsewhere is an ordinary
+/// character; the character after a closing quote starts a new word; an
+/// unclosed quote extends to the end. No escapes.
 pub fn split_command_line(s: &str) -> Vec<String> {
     enum State {
         Between,
+        /// Just past an opening quote: the next character is the word's.
+        Opened(char),
         Quoted(char),
         Unquoted,
     }
@@ -607,11 +657,15 @@ pub fn split_command_line(s: &str) -> Vec<String> {
             State::Between => {
                 if is_space(c) {
                 } else if c == '\'' || c == '"' {
-                    state = State::Quoted(c);
+                    state = State::Opened(c);
                 } else {
                     cur.push(c);
                     state = State::Unquoted;
                 }
+            }
+            State::Opened(q) => {
+                cur.push(c);
+                state = State::Quoted(q);
             }
             State::Quoted(q) => {
                 if c == q {

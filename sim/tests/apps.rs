@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use boinc_sim::apps::{
-    app_main, app_main_in, builtin_app, builtin_apps, run_instance, split_command_line, stepper_next, wrap_stderr, AppSpec, StepState,
-    APP_ENTRY_ARG, EXIT_TIME_LIMIT_EXCEEDED, STDERR_CAP,
+    app_main, app_main_in, builtin_app, builtin_apps, run_instance, split_command_line, stepper_next, wrap_stderr, xml_unescape, AppSpec,
+    StepState, APP_ENTRY_ARG, EXIT_TIME_LIMIT_EXCEEDED, STDERR_CAP,
 };
 
 /// When this test binary is started by `run_instance` through
@@ -319,7 +319,10 @@ fn split_command_line_like_boinc() {
         ("  --fail 3 ", &["--fail", "3"]),
         (r#""a b" c"#, &["a b", "c"]),
         (r#"'a "b"' c"#, &["a \"b\"", "c"]),
-        (r#""" x"#, &["", "x"]),
+        // Seen on a real server: the character after an opening quote is
+        // the word's, so `""` does not close.
+        (r#""" x"#, &["\" x"]),
+        (r#""" x" y"#, &["\" x", "y"]),
         (r#"a"b c"#, &["a\"b", "c"]),
         (r#""ab"cd"#, &["ab", "cd"]),
         (r#""unterminated x"#, &["unterminated x"]),
@@ -329,6 +332,17 @@ fn split_command_line_like_boinc() {
     for (input, want) in cases {
         assert_eq!(split_command_line(input), *want, "{input:?}");
     }
+}
+
+#[test]
+fn the_client_unescapes_the_command_line_before_splitting_it() {
+    // What a real server stored and what reached the app's argv.
+    let stored = "alpha &#39;two words&#39; &#34;it&#39;s here&#34; &#39;tab&#9;here&#39; &#39;line&#10;break&#39; back&#92;slash amp&amp;er lt&lt; x&#127;y";
+    assert_eq!(
+        split_command_line(&xml_unescape(stored)),
+        ["alpha", "two words", "it's here", "tab\there", "line\nbreak", "back\\slash", "amp&er", "lt<", "x\u{7f}y"]
+    );
+    assert_eq!(xml_unescape("&#xA;&#xd;&quot;&apos;&bogus; &#39"), "\n\r\"'&bogus; '");
 }
 
 #[test]

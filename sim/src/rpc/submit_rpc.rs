@@ -345,6 +345,10 @@ fn create_work(
             untargeted.push(i);
             continue;
         };
+        if j.command_line.contains('\'') {
+            failure = Some(sql_quote_error(ctx, app, j, batch_id, now));
+            break;
+        }
         if !insert(i, j)? {
             failure = Some(dup_msg(&j.name));
             break;
@@ -355,6 +359,11 @@ fn create_work(
     }
     if let Some(msg) = failure {
         return Ok(Err(msg));
+    }
+    // create_work does not SQL-escape `xml_doc`: a raw `'` in a command line
+    // breaks the multi-row insert, and no untargeted job is made.
+    if let Some(j) = untargeted.iter().map(|&i| &jobs[i]).find(|j| j.command_line.contains('\'')) {
+        return Ok(Err(sql_quote_error(ctx, app, j, batch_id, now)));
     }
     // The untargeted jobs: one multi-row insert, all or nothing.
     let tx = c.unchecked_transaction()?;
@@ -368,6 +377,43 @@ fn create_work(
     }
     tx.commit()?;
     Ok(Ok(()))
+}
+
+/// What `create_work` prints when a raw `'` in a job's command line ends
+/// the SQL string of its `workunit.xml_doc` (as captured from a real
+/// server, `captures/real-boinc/submit_batch_raw_single_quote.txt`):
+/// MariaDB's syntax error quotes the query from the token after that `'`,
+/// cut to 80 characters. The `query=` line holds the sim's own `xml_doc`.
+fn sql_quote_error(ctx: &Ctx, app: &App, j: &NewJob, batch_id: i64, now: f64) -> String {
+    let mut file_refs = String::new();
+    for (phys, open) in j.inputs.iter().zip(&app.spec.inputs) {
+        file_refs.push_str(&format!(
+            "<file_ref>\n    <file_name>{phys}</file_name>\n    <open_name>{open}</open_name>\n    <copy_file/>\n</file_ref>\n"
+        ));
+    }
+    let mut file_infos = String::new();
+    for phys in &j.inputs {
+        let nbytes = std::fs::metadata(ctx.dirs.download.join(phys)).map(|m| m.len()).unwrap_or(0);
+        file_infos.push_str(&format!(
+            "<file_info>\n<no_delete/>\n    <name>{phys}</name>\n    <url>{}download/{phys}</url>\n    <nbytes>{nbytes}</nbytes>\n</file_info>\n",
+            ctx.project_url
+        ));
+    }
+    let xml_doc = format!("{file_infos}<workunit>\n<command_line>\n{}\n</command_line>\n{file_refs}</workunit>", j.command_line);
+    let t = secs(now);
+    let query = format!("insert into workunit values (0, {t}, {}, '{}', '{xml_doc}', {batch_id}, ...)", app.id, j.name);
+    let after_quote = &query[query.find("<command_line>").unwrap_or(0)..];
+    let after_quote = &after_quote[after_quote.find('\'').map_or(0, |i| i + 1)..];
+    let near: String = if after_quote.chars().count() > 80 {
+        after_quote.chars().take(77).chain("...".chars()).collect()
+    } else {
+        after_quote.to_string()
+    };
+    let syntax = format!(
+        "You have an error in your SQL syntax; check the manual that corresponds to your MariaDB server version \
+         for the right syntax to use near '{near}' at line 1"
+    );
+    format!("Database error: {syntax}\nquery={query}\nwu.insert_batch() failed: 1\nMySQL error: {syntax}\n")
 }
 
 /// One job as `create_work --stdin` reads it: the PHP's line

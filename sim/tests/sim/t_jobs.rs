@@ -14,7 +14,11 @@ fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
 pub async fn uppercase_batch_done_and_downloadable() {
     let sim = TestSim::start(|_| {}).await;
     let id = sim
-        .submit_simple("up", "uppercase", &[("up_0", "", b"hello boinc\n"), ("up_1", "it's", b"second input\n"), ("up_2", "", b"third\n")])
+        .submit_simple(
+            "up",
+            "uppercase",
+            &[("up_0", "", b"hello boinc\n"), ("up_1", "it&amp;#39;s", b"second input\n"), ("up_2", "", b"third\n")],
+        )
         .await;
     let body = sim.wait_final("up", Duration::from_secs(20)).await;
     assert_eq!(body.matches("<status>DONE</status>").count(), 3, "{body}");

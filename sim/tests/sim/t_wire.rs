@@ -342,8 +342,10 @@ pub async fn job_names_are_unique() {
 
 /// The PHP wraps a command line in `"` for `create_work --stdin`: a `"`
 /// inside ends it, and the words after it are read as input files (the
-/// failure a real server gave for `alpha "two words" gamma`). Single quotes
-/// survive; backslashes are dropped.
+/// failure a real server gave for `alpha "two words" gamma`). A raw `'`
+/// breaks create_work's unescaped SQL insert, with MariaDB's message as the
+/// real server gave it; backslashes are dropped; character references are
+/// stored untouched.
 pub async fn command_line_through_create_work() {
     let sim = TestSim::start(|o| o.config.hosts.clear()).await;
     let a = sim.create_batch("a", 0.0).await;
@@ -352,9 +354,26 @@ pub async fn command_line_through_create_work() {
     assert!(body.contains("<error_msg>create_work failed: md5_file: can't open "), "{body}");
     assert!(body.contains("/two\nprocess_input_template: md5_file fopen() failed\ncreate_work() failed: -108\n"), "{body}");
     assert_eq!(sim.state().await["jobs"].as_array().unwrap().len(), 0);
-    let body = sim.submit(a, "uppercase", &[("j2".into(), "alpha 'two words' back\\slash".into(), n.clone())]).await;
+
+    // The real server's answer to the same raw quote (another app and file).
+    let capture =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../captures/real-boinc/submit_batch_raw_single_quote.txt")).unwrap();
+    let syntax = "You have an error in your SQL syntax; check the manual that corresponds to your MariaDB server version \
+                  for the right syntax to use near 'two words' gamma\n</command_line>\n<file_ref>\n    <file_name>";
+    let near_end = |phys: &str| format!("{}...' at line 1\n", &phys[..18]);
+    assert!(capture
+        .contains(&format!("<error_msg>create_work failed: Database error: {syntax}{}", near_end("dcc3c50bd4bb54c30983a7384eddb793"))));
+    assert!(
+        capture.contains(&format!("wu.insert_batch() failed: 1\nMySQL error: {syntax}{}", near_end("dcc3c50bd4bb54c30983a7384eddb793")))
+    );
+    let body = sim.submit(a, "uppercase", &[("j2".into(), "alpha 'two words' gamma".into(), n.clone())]).await;
+    assert!(body.contains(&format!("<error_msg>create_work failed: Database error: {syntax}{}", near_end(&n[0]))), "{body}");
+    assert!(body.contains(&format!("wu.insert_batch() failed: 1\nMySQL error: {syntax}{}", near_end(&n[0]))), "{body}");
+    assert_eq!(sim.state().await["jobs"].as_array().unwrap().len(), 0, "no job made");
+
+    let body = sim.submit(a, "uppercase", &[("j3".into(), "back\\slash &amp;#39;two words&amp;#39; &amp;#92;".into(), n.clone())]).await;
     assert!(body.contains("<batch_id>"), "{body}");
-    assert_eq!(sim.state().await["jobs"][0]["command_line"], "alpha 'two words' backslash");
+    assert_eq!(sim.state().await["jobs"][0]["command_line"], "backslash &#39;two words&#39; &#92;");
     sim.stop().await;
 }
 
