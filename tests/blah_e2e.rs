@@ -186,27 +186,20 @@ fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
-/// Arguments BOINC can carry: spaces, a single quote, a tab, non-ASCII.
-const ARGS: &[&str] = &["one", "two words", "it's", "tab\there", "na\u{ef}ve \u{65e5}\u{672c}", "three"];
+/// Arguments BOINC can carry: spaces, quotes, a backslash, XML's specials,
+/// a tab, non-ASCII.
+const ARGS: &[&str] =
+    &["one", "two words", "it's", "it's here", "say \"hi\"", "back\\slash", "a&b<c", "tab\there", "na\u{ef}ve \u{65e5}\u{672c}", "three"];
 
 #[test]
-fn arguments_boinc_cannot_carry_are_held_and_the_reason_outlives_cancel_and_restart() {
+fn arguments_boinc_cannot_group_are_held_and_the_reason_outlives_cancel_and_restart() {
     let w = World::new("");
     let (sim, dir) = (&w.sim, w.path());
     let mut g = w.start();
     let iwd = dir.to_path_buf();
     let cases = [
-        (
-            "home_bl_dq",
-            vec!["alpha", "say \"hi\""],
-            "argument 2 (\"say \\\"hi\\\"\") can't be passed to a BOINC app: it holds a double quote",
-        ),
-        ("home_bl_bs", vec!["back\\slash"], "argument 1 (\"back\\\\slash\") can't be passed to a BOINC app: it holds a backslash"),
-        (
-            "home_bl_sq",
-            vec!["x", "y", "it's here"],
-            "argument 3 (\"it's here\") can't be passed to a BOINC app: it holds whitespace and a single quote",
-        ),
+        ("home_bl_bq", vec!["alpha", "it's \"hi\""], "argument 2 (\"it's \\\"hi\\\"\") can't be passed to a BOINC app: it must be quoted"),
+        ("home_bl_lq", vec!["'a\"b"], "argument 1 (\"'a\\\"b\") can't be passed to a BOINC app: it must be quoted"),
     ];
     let mut held = Vec::new();
     for (job_dir, args, expect) in cases {
@@ -228,6 +221,29 @@ fn arguments_boinc_cannot_carry_are_held_and_the_reason_outlives_cancel_and_rest
         let (st, ad, _) = status(&mut g, &id);
         assert_eq!((st, ad.get_str("HoldReason")), (5, Some(reason.as_str())), "{id}");
     }
+}
+
+/// A long server error holds the job with one line of at most 300
+/// characters; the log has all of it.
+#[test]
+fn a_long_server_error_is_a_one_line_hold_reason() {
+    let w = World::new("");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let iwd = dir.to_path_buf();
+    std::fs::write(iwd.join("in"), "x\n").unwrap();
+    // The server echoes an unknown app's name; so does the hold reason.
+    let app = format!("no_such_app_{}_end", "x".repeat(600));
+    let id = submit(&mut g, job_ad(&iwd, "home_long_err", &[("BoincApp", str_value(&app)), ("TransferInput", str_value("in"))]));
+    let (_, ad) = wait_status(&mut g, &id, 5);
+    let reason = ad.get_str("HoldReason").unwrap();
+    assert!(reason.chars().count() <= 300 && !reason.contains('\n'), "{} chars: {reason}", reason.chars().count());
+    assert!(
+        reason.starts_with("boinc-gahp: ") && reason.contains("has no app named no_such_app_xxx") && reason.ends_with("..."),
+        "{reason}"
+    );
+    assert!(log_text(dir).contains(&format!("{app}_end")) || log_text(dir).contains(&app), "the whole error is logged");
+    assert!(sim.state()["jobs"].as_array().unwrap().is_empty());
 }
 
 #[test]
@@ -277,7 +293,11 @@ fn a_job_with_arguments_an_input_and_two_outputs_completes_with_its_files() {
 
     // The BOINC job: one batch, one job, its command line quoted for BOINC.
     let job = sim_job(sim, &id);
-    assert_eq!(job["command_line"], "one 'two words' it's 'tab\there' 'na\u{ef}ve \u{65e5}\u{672c}' three");
+    assert_eq!(
+        job["command_line"],
+        "one &#39;two words&#39; it&#39;s &#34;it&#39;s here&#34; &#39;say &#34;hi&#34;&#39; back&#92;slash a&amp;b&lt;c \
+         &#39;tab&#9;here&#39; &#39;na\u{ef}ve \u{65e5}\u{672c}&#39; three"
+    );
     assert_eq!(job["status"], "DONE");
     // The batch is retired once status 4 went out; status stays 4.
     eventually("the batch is retired", || sim_batch_state(sim, &id) == 4);

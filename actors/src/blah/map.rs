@@ -126,12 +126,6 @@ pub enum MapError {
     BadRemap(String),
 }
 
-/// A multi-line message (a server's error) as one line for a HoldReason:
-/// its non-blank lines, trimmed, joined by "; ".
-pub fn one_line(text: &str) -> String {
-    text.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join("; ")
-}
-
 impl MapError {
     /// The job's HoldReason: the problem, then how to go on.
     pub fn hold_reason(&self) -> String {
@@ -442,17 +436,11 @@ mod tests {
     }
 
     #[test]
-    fn server_errors_become_one_line() {
-        let e = "error submitting jobs: -1 create_work failed: md5_file: can't open /d/two\n\n  create_work() failed: -108\n";
-        assert_eq!(one_line(e), "error submitting jobs: -1 create_work failed: md5_file: can't open /d/two; create_work() failed: -108");
-    }
-
-    #[test]
     fn uncarriable_arguments_are_a_hold_naming_the_argument() {
-        let a = ad("[ Iwd = \"/\"; Arguments = \"ok 'it''s here'\" ]");
+        let a = ad("[ Iwd = \"/\"; Arguments = \"ok 'it''s \\\"here\\\"'\" ]");
         let e = submit_batch(&a, "n", "u", &templates(&[])).unwrap_err();
         let reason = e.hold_reason();
-        assert!(reason.contains("argument 2 (\"it's here\")") && reason.contains("whitespace and a single quote"), "{reason}");
+        assert!(reason.contains("argument 2 (\"it's \\\"here\\\"\")") && reason.contains("both ' and \""), "{reason}");
     }
 
     #[test]
@@ -467,7 +455,7 @@ mod tests {
         let b = submit_batch(&job("TransferInput = \"b, a\""), "n", "concat", &templates(&["a", "b"])).unwrap();
         let got: Vec<_> = b.jobs[0].inputs.iter().map(|i| (i.src.clone(), i.dst_name.clone())).collect();
         assert_eq!(got, [(w.join("a"), "a".to_string()), (w.join("b"), "b".to_string())]);
-        assert_eq!(b.jobs[0].args, ["x", "'y z'"]);
+        assert_eq!(b.jobs[0].args, ["x", "&#39;y z&#39;"]);
         assert_eq!(b.jobs[0].name, "n");
 
         // The one leftover input takes the one leftover file, or In.

@@ -11,6 +11,7 @@ use actix::prelude::*;
 use gahp_protocol::boinc::{reply, request, CompletedJob, Script, Templates};
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
+use gahp_protocol::gahp::error_text::{one_line, MAX_HOLD_REASON};
 use gahp_protocol::gahp::sequence::SequenceState;
 
 use crate::atomic_file;
@@ -30,10 +31,17 @@ pub fn status_ad(batch: &str, status: i32) -> ClassAd {
     ad
 }
 
-/// A held job's ad: the gridmanager puts the reason on the job.
+/// A held job's ad: the gridmanager puts the reason on the job, as one
+/// line of at most `MAX_HOLD_REASON` characters; a longer or multi-line
+/// reason goes to the log whole.
 pub fn held_ad(batch: &str, reason: &str) -> ClassAd {
+    const PREFIX: &str = "boinc-gahp: ";
+    let line = one_line(reason, MAX_HOLD_REASON - PREFIX.len());
+    if line != reason {
+        tracing::warn!(batch, "holding the job; the whole reason: {reason}");
+    }
     let mut ad = status_ad(batch, job_status::HELD);
-    ad.insert("HoldReason", Value::Str(format!("boinc-gahp: {reason}")));
+    ad.insert("HoldReason", Value::Str(format!("{PREFIX}{line}")));
     ad
 }
 

@@ -772,12 +772,7 @@ impl BlahProject {
         if job.phase == Phase::Cancelled {
             return self.abort(name.to_string(), ctx, None);
         }
-        // A multi-line server error: all of it in the log, one line in the
-        // hold reason.
-        if reason.contains('\n') {
-            tracing::warn!(job = name, "submission failed: {reason}");
-        }
-        self.finish(name, job_status::HELD, held_ad(name, &map::one_line(reason)));
+        self.finish(name, job_status::HELD, held_ad(name, reason));
     }
 
     /// Places a DONE job's files, then makes its status 4.

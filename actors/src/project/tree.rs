@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use gahp_protocol::boinc::{command_line, reply, request, Script};
+use gahp_protocol::gahp::error_text::{one_line, MAX_HOLD_REASON};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult};
 
 use crate::broker::pools::Pools;
@@ -96,7 +97,16 @@ impl Handler<Run> for ProjectTree {
                     // The edge: the typed error becomes the result's text here.
                     match pipeline.send(RunPipeline).await {
                         Ok(Ok(())) => CommandResult::Ok,
-                        Ok(Err(e)) => CommandResult::Error(auth.redact_in(&e.to_string())),
+                        // The gridmanager holds the job with this text: one
+                        // line; the whole of a server's page goes to the log.
+                        Ok(Err(e)) => {
+                            let text = auth.redact_in(&e.to_string());
+                            let line = one_line(&text, MAX_HOLD_REASON);
+                            if line != text {
+                                tracing::warn!("submit failed: {text}");
+                            }
+                            CommandResult::Error(line)
+                        }
                         Err(_) => CommandResult::Error("error submitting jobs: internal error (the submit pipeline stopped)".into()),
                     }
                 })

@@ -1,45 +1,57 @@
 //! Job arguments as a BOINC command line, and what BOINC cannot carry.
 //!
-//! On a real server the command line travels twice through BOINC's
-//! `parse_command_line()` (a word starting with `'` or `"` runs to the next
-//! identical quote, no escapes): `submit_rpc_handler.php` writes
-//! ` --command_line "<command line>"` per job to `create_work --stdin`, which
-//! splits that line; later the client splits the stored command line into
-//! the app's argv. The server also drops backslashes. So the only quoting
-//! that survives both is single quotes inside the PHP's double quotes, and:
-//! * a `"` anywhere ends the wrapper early (the rest become input file names);
-//! * a backslash is lost;
-//! * whitespace and `'` together cannot be quoted;
-//! * a word starting with `'` loses it to the client's split;
-//! * a line break ends the job's line to `create_work --stdin`.
+//! On a real server (seen with an app that prints its argv) the command line
+//! goes through three hands:
+//! 1. `submit_rpc_handler.php` writes ` --command_line "<text>"` per job to
+//!    `create_work --stdin`, which splits that line with BOINC's
+//!    `parse_command_line()` (a word starting with `'` or `"` runs to the
+//!    next identical quote, no escapes): a raw `"` ends the wrapper early, a
+//!    raw backslash is dropped, a line break ends the job's line;
+//! 2. `create_work` inserts the text into `workunit.xml_doc` without SQL
+//!    escaping: a raw `'` is an SQL syntax error and the whole submit fails;
+//! 3. the client XML-unescapes `<command_line>` (`&lt;`, `&amp;`, `&quot;`,
+//!    `&#N;`, ...) and splits the result with `parse_command_line()` into the
+//!    app's argv.
+//!
+//! So each argument is written as its word for step 3 (grouped in `'...'`,
+//! or in `"..."` when it holds a `'`), and every character the first two
+//! steps would spoil is written as an XML character reference, which they
+//! pass untouched. What is stored is the text PHP receives; the request
+//! document escapes it once more (`&#39;` travels as `&amp;#39;`).
+//! Only a word that must be grouped and holds both kinds of quote cannot be
+//! carried (a group has no escapes), nor an empty argument (the splitter
+//! takes the character after an opening quote into the word unlooked-at,
+//! so `''` does not close: seen on a real server, it swallows the rest of
+//! the line), nor a NUL (the app's argv is C strings).
 
-use std::fmt;
+use std::fmt::{self, Write};
 
 /// Why an argument cannot reach the app intact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Uncarriable {
-    DoubleQuote,
-    Backslash,
-    LineBreak,
-    SpaceAndQuote,
-    LeadingQuote,
+    /// White space or a leading quote, and both `'` and `"`.
+    BothQuotes,
+    Empty,
+    Nul,
 }
 
 impl fmt::Display for Uncarriable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Uncarriable::DoubleQuote => "it holds a double quote (\"), which ends the server's quoting of the command line",
-            Uncarriable::Backslash => "it holds a backslash, which the BOINC server drops",
-            Uncarriable::LineBreak => "it holds a line break, which ends the job's line to create_work",
-            Uncarriable::SpaceAndQuote => "it holds whitespace and a single quote ('), which BOINC cannot quote together",
-            Uncarriable::LeadingQuote => "it starts with a single quote ('), which BOINC takes as quoting",
+            Uncarriable::BothQuotes => {
+                "it must be quoted (it holds white space or starts with a quote) and holds both ' and \", \
+                 which BOINC cannot quote together"
+            }
+            Uncarriable::Empty => "it is empty, and BOINC's command-line splitter cannot pass an empty argument",
+            Uncarriable::Nul => "it holds a NUL character",
         })
     }
 }
 
-/// An argument of a job that BOINC cannot carry: which one and why.
+/// An argument of a job that BOINC cannot carry: which one and why. One
+/// line, however long or strange the argument.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("argument {position} ({arg:?}) can't be passed to a BOINC app: {why}")]
+#[error("argument {position} ({}) can't be passed to a BOINC app: {why}", shown(arg))]
 pub struct ArgRefused {
     /// 1-based position among the job's arguments.
     pub position: usize,
@@ -47,31 +59,67 @@ pub struct ArgRefused {
     pub why: Uncarriable,
 }
 
+/// The argument as Rust debug text (escapes keep it on one line), cut to
+/// 60 characters.
+fn shown(arg: &str) -> String {
+    const MAX: usize = 60;
+    match arg.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{:?}...", &arg[..cut]),
+        None => format!("{arg:?}"),
+    }
+}
+
 /// C's `isspace` in the "C" locale: what `parse_command_line` splits on.
 pub fn is_c_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
 }
 
-/// One argument as a word of a BOINC command line: as it is when that is
-/// safe, in single quotes when it is empty or holds whitespace.
+/// One argument as the text of its word in the stored command line: the
+/// word the client must split (grouped when needed), with every character
+/// that `create_work` or its SQL would spoil as a character reference.
 pub fn quote_arg(arg: &str) -> Result<String, Uncarriable> {
-    if arg.contains('"') {
-        return Err(Uncarriable::DoubleQuote);
+    if arg.is_empty() {
+        return Err(Uncarriable::Empty);
     }
-    if arg.contains('\\') {
-        return Err(Uncarriable::Backslash);
+    if arg.contains('\0') {
+        return Err(Uncarriable::Nul);
     }
-    if arg.contains(['\n', '\r']) {
-        return Err(Uncarriable::LineBreak);
+    let grouped = arg.chars().any(is_c_space) || arg.starts_with(['\'', '"']);
+    let quote = match (grouped, arg.contains('\''), arg.contains('"')) {
+        (false, _, _) => None,
+        (true, false, _) => Some('\''),
+        (true, true, false) => Some('"'),
+        (true, true, true) => return Err(Uncarriable::BothQuotes),
+    };
+    let mut out = String::with_capacity(arg.len() + 12);
+    if let Some(q) = quote {
+        push_ref(&mut out, q);
     }
-    let spaced = arg.is_empty() || arg.chars().any(is_c_space);
-    if spaced && arg.contains('\'') {
-        return Err(Uncarriable::SpaceAndQuote);
+    for c in arg.chars() {
+        push_ref(&mut out, c);
     }
-    if arg.starts_with('\'') {
-        return Err(Uncarriable::LeadingQuote);
+    if let Some(q) = quote {
+        push_ref(&mut out, q);
     }
-    Ok(if spaced { format!("'{arg}'") } else { arg.to_string() })
+    Ok(out)
+}
+
+/// `c` as the client's `xml_unescape` reads it back, never raw when raw
+/// would be spoiled on the way: quotes and backslash (create_work's split,
+/// the SQL insert), XML's own specials, and control characters (a line
+/// break would end the job's line). Everything else, non-ASCII included,
+/// goes as it is.
+fn push_ref(out: &mut String, c: char) {
+    match c {
+        '&' => out.push_str("&amp;"),
+        '<' => out.push_str("&lt;"),
+        '>' => out.push_str("&gt;"),
+        c if matches!(c, '\'' | '"' | '\\') || c.is_ascii_control() => {
+            // Writing to a String cannot fail.
+            let _ = write!(out, "&#{};", u32::from(c));
+        }
+        c => out.push(c),
+    }
 }
 
 /// Every argument quoted by [`quote_arg`]; the first that cannot be carried
@@ -83,14 +131,18 @@ pub fn quote_args(args: &[String]) -> Result<Vec<String>, ArgRefused> {
 /// Splits a command line into words the way BOINC's `parse_command_line()`
 /// does (the client making the app's argv; `create_work` reading a job
 /// line): whitespace separates words; a word that *starts* with `"` or `'`
-/// runs to the next identical quote (`''` is an empty word); a quote
-/// elsewhere is an ordinary character; the character after a closing quote
-/// starts a new word; an unclosed quote runs to the end. No escapes.
+/// runs to the next identical quote, the character right after the opening
+/// quote being taken into the word whatever it is (so `''` does not close);
+/// a quote elsewhere is an ordinary character; the character after a
+/// closing quote starts a new word; an unclosed quote runs to the end. No
+/// escapes.
 /// The test oracle here; the simulated project has its own for its hosts.
 #[cfg(test)]
 fn split(s: &str) -> Vec<String> {
     enum State {
         Between,
+        /// Just past an opening quote: the next character is the word's.
+        Opened(char),
         Quoted(char),
         Unquoted,
     }
@@ -102,11 +154,15 @@ fn split(s: &str) -> Vec<String> {
             State::Between => {
                 if is_c_space(c) {
                 } else if c == '\'' || c == '"' {
-                    state = State::Quoted(c);
+                    state = State::Opened(c);
                 } else {
                     cur.push(c);
                     state = State::Unquoted;
                 }
+            }
+            State::Opened(q) => {
+                cur.push(c);
+                state = State::Quoted(q);
             }
             State::Quoted(q) => {
                 if c == q {
@@ -132,25 +188,56 @@ fn split(s: &str) -> Vec<String> {
     words
 }
 
+/// BOINC's `xml_unescape` as the client applies it to `<command_line>`:
+/// the five named entities and decimal `&#N;` (the test oracle, ASCII only).
+#[cfg(test)]
+fn xml_unescape(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('&') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        let named = [("&lt;", '<'), ("&gt;", '>'), ("&quot;", '"'), ("&apos;", '\''), ("&amp;", '&')];
+        if let Some((e, c)) = named.iter().find(|(e, _)| rest.starts_with(e)) {
+            out.push(*c);
+            rest = &rest[e.len()..];
+        } else if let Some(num) = rest.strip_prefix("&#").and_then(|r| r.split_once(';')) {
+            out.push(char::from_u32(num.0.parse().unwrap()).unwrap());
+            rest = num.1;
+        } else {
+            out.push('&');
+            rest = &rest[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// What the app's argv would be on a real server: the PHP wrapper split
-    /// by create_work, backslashes dropped, then the client's split.
+    /// What the app's argv would be on a real server, from the text PHP
+    /// receives: create_work's split of the PHP wrapper (it must stay one
+    /// word), no raw `'` (the SQL insert), no backslash or line break; then
+    /// the client's unescape and split.
     fn through_boinc(words: &[String]) -> Vec<String> {
-        let line = format!(" --command_line \"{}\"", words.join(" "));
+        let stored = words.join(" ");
+        assert!(!stored.contains(['\'', '\\', '\n', '\r']), "would be spoiled on the server: {stored}");
+        let line = format!(" --command_line \"{stored}\"");
         let job = split(&line);
-        assert_eq!(job.len(), 2, "the wrapper must stay one word: {job:?}");
-        split(&job[1].replace('\\', ""))
+        assert_eq!(job, ["--command_line", stored.as_str()], "the wrapper must stay one word");
+        split(&xml_unescape(&stored))
     }
 
     #[test]
-    fn carried_arguments_arrive_exactly() {
+    fn every_carriable_argument_arrives_exactly() {
         let cases: &[&[&str]] = &[
             &["alpha", "two words", "gamma"],
-            &["tab\there", "", "it's", "na\u{ef}ve caf\u{e9} \u{65e5}\u{672c}"],
-            &["-n", "5", "a&b<c>", "trailing "],
+            &["tab\there", "it's", "it's here", "na\u{ef}ve caf\u{e9} \u{65e5}\u{672c}"],
+            &["-n", "5", "a&b<c>", "trailing ", "amp&amp;", "&#39;"],
+            &["say \"hi\"", "\"x", "'x", "q\"uo'te", "back\\slash", "\\", "line\nbreak", "cr\r"],
+            &["'", "\"", "''", " ", "x\u{7f}y", "\"\"", "a"],
         ];
         for args in cases {
             let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
@@ -160,29 +247,47 @@ mod tests {
 
     #[test]
     fn plain_words_are_the_c_daemons_join() {
-        let args = vec!["-n".to_string(), "5".into(), "x=1".into()];
-        assert_eq!(quote_args(&args).unwrap().join(" "), "-n 5 x=1");
-        assert_eq!(quote_arg("two words").unwrap(), "'two words'");
+        let args = vec!["-n".to_string(), "5".into(), "x=1".into(), "caf\u{e9}".into()];
+        assert_eq!(quote_args(&args).unwrap().join(" "), "-n 5 x=1 caf\u{e9}");
     }
 
     #[test]
-    fn refuses_what_boinc_cannot_carry() {
-        assert_eq!(quote_arg("say \"hi\""), Err(Uncarriable::DoubleQuote));
-        assert_eq!(quote_arg("\"x"), Err(Uncarriable::DoubleQuote));
-        assert_eq!(quote_arg("back\\slash"), Err(Uncarriable::Backslash));
-        assert_eq!(quote_arg("it's here"), Err(Uncarriable::SpaceAndQuote));
-        assert_eq!(quote_arg("'x"), Err(Uncarriable::LeadingQuote));
-        assert_eq!(quote_arg("a\nb"), Err(Uncarriable::LineBreak));
-        let args = vec!["ok".to_string(), "it's here".into()];
+    fn the_stored_text_is_what_the_real_server_took() {
+        // The forms seen reaching the app on a real server.
+        assert_eq!(quote_arg("two words").unwrap(), "&#39;two words&#39;");
+        assert_eq!(quote_arg("back\\slash").unwrap(), "back&#92;slash");
+        assert_eq!(quote_arg("amp&er").unwrap(), "amp&amp;er");
+        assert_eq!(quote_arg("lt<").unwrap(), "lt&lt;");
+        assert_eq!(quote_arg("it's here").unwrap(), "&#34;it&#39;s here&#34;");
+    }
+
+    #[test]
+    fn refuses_only_what_cannot_be_grouped() {
+        assert_eq!(quote_arg("it's \"here\""), Err(Uncarriable::BothQuotes));
+        assert_eq!(quote_arg("'a\"b"), Err(Uncarriable::BothQuotes));
+        assert_eq!(quote_arg("a\0b"), Err(Uncarriable::Nul));
+        assert_eq!(quote_arg(""), Err(Uncarriable::Empty));
+        assert!(quote_arg("a'b\"c").is_ok(), "no grouping needed");
+        let args = vec!["ok".to_string(), "it's \"here\"".into()];
         let e = quote_args(&args).unwrap_err();
         assert_eq!(e.position, 2);
-        assert!(e.to_string().contains("argument 2 (\"it's here\")"), "{e}");
+        assert!(e.to_string().starts_with("argument 2 (\"it's \\\"here\\\"\") can't be passed to a BOINC app: "), "{e}");
+    }
+
+    #[test]
+    fn a_refusal_is_one_short_line() {
+        let long = format!("{} 'and\" quotes\n", "x".repeat(5000));
+        let e = quote_args(&[long]).unwrap_err().to_string();
+        assert!(!e.contains('\n') && e.len() < 300, "{e}");
+        assert!(e.contains("...) can't be passed"), "{e}");
     }
 
     #[test]
     fn split_is_boincs() {
         assert_eq!(split("a 'b c' \"d e\" f\"g h"), ["a", "b c", "d e", "f\"g", "h"]);
-        assert_eq!(split("'' x'y 'un closed"), ["", "x'y", "un closed"]);
+        assert_eq!(split("'a' x'y 'un closed"), ["a", "x'y", "un closed"]);
+        // Seen on a real server: `''` does not close.
+        assert_eq!(split("lt< '' x y"), ["lt<", "' x y"]);
         assert_eq!(split(" --command_line \"alpha \"two words\" gamma\""), ["--command_line", "alpha ", "two", "words\"", "gamma\""]);
     }
 }
