@@ -476,13 +476,13 @@ fn a_three_step_sequence_with_a_relocated_step_ends_in_the_exact_state() {
     let mut g = daemon(&real, dir.path(), "sequence_poll_ms = 1000\n");
     let name = format!("rbci-seq-{}", real.tag);
     let state = state_file(dir.path(), "state0", "seq");
-    let max_step_time = 30;
+    let max_step_time = 40;
     let create = CreateSequence {
         name: name.clone(),
         app_name: "stepper".into(),
         steps: 3,
         max_step_time,
-        max_attempts: 5,
+        max_attempts: 6,
         end_marker: None,
         state_files: vec![InputFile { src: state, dst_name: "state".into() }],
         args: owned(&["--sleep", "1"]),
