@@ -1,0 +1,520 @@
+//! End to end against a real BOINC server: BOINC's own PHP handlers,
+//! `create_work`, MariaDB and a real client computing the jobs. The
+//! simulated project is only as strict as what it was told; these tests
+//! check what a real server does with what the daemon sends.
+//!
+//! Every test is `#[ignore]`d: `cargo test --workspace --release` stays
+//! self-contained. `deploy/real-boinc-test/run` sets the server up and runs
+//! them (`docs/real-boinc-test.md`); against a server of your own:
+//!
+//! ```sh
+//! BOINC_REAL_URL=http://127.0.0.1/boinctest/ BOINC_REAL_AUTH_FILE=~/submitter.auth \
+//! BOINC_REAL_CLIENT_RPC=127.0.0.1:31418 BOINC_REAL_CLIENT_PASSWD=... \
+//!     cargo test --release --test real_boinc_e2e -- --ignored --test-threads=1
+//! ```
+//!
+//! The project needs BOINC's example app `uppercase` (input `in`, output
+//! `out`) and the `stepper` app of the test server (input and output
+//! `state`; it writes each argv word to stderr as `argv[i]=<word>`; `--sleep
+//! S` makes a step take S seconds). `BOINC_REAL_CLIENT_RPC` and
+//! `BOINC_REAL_CLIENT_PASSWD` name the GUI RPC of a client attached to the
+//! project: the tests nudge it while they wait, and the work-sequence test
+//! suspends it to make a step miss its deadline (it fails without them).
+//! Batches are named `rbci_<test>_<tag>` and retired at the end.
+
+mod common;
+use common::*;
+use gahp_protocol::classad::{format_args_v2, ClassAd, Value};
+use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
+use gahp_protocol::gahp::BlahCommand;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const NEEDS: &str = "needs a real BOINC server: deploy/real-boinc-test/run";
+
+/// How long a real job may take to be fetched, run and reported.
+const JOB_WAIT: Duration = Duration::from_secs(240);
+/// How often a waiting test nudges the client.
+const NUDGE_EVERY: Duration = Duration::from_secs(3);
+
+/// Arguments with everything a command line can trip on: white space,
+/// both quotes, a backslash, XML's specials, a tab, non-ASCII. Each must
+/// reach the app as exactly this word.
+const ARGS: &[&str] = &[
+    "plain",
+    "two words",
+    "it's",
+    "it's here",
+    "say \"hi\"",
+    "back\\slash",
+    "a&b",
+    "x<y>z",
+    "tab\there",
+    "na\u{ef}ve caf\u{e9} \u{65e5}\u{672c}",
+];
+
+/// A word no quoting can carry through BOINC's splitter: white space and
+/// both kinds of quote.
+const UNCARRIABLE: &str = "it's \"both\" here";
+
+/// The server under test, from the environment.
+struct Real {
+    url: String,
+    auth: String,
+    auth_file: PathBuf,
+    client: Option<Client>,
+    /// Distinguishes this run's batches from every other run's.
+    tag: String,
+}
+
+fn real() -> Real {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let url = var("BOINC_REAL_URL").unwrap_or_else(|| panic!("BOINC_REAL_URL is not set ({NEEDS})"));
+    let auth_file = PathBuf::from(var("BOINC_REAL_AUTH_FILE").unwrap_or_else(|| panic!("BOINC_REAL_AUTH_FILE is not set ({NEEDS})")));
+    let text = std::fs::read_to_string(&auth_file).unwrap_or_else(|e| panic!("{}: {e}", auth_file.display()));
+    let auth = text.split_whitespace().next().unwrap_or_else(|| panic!("{}: no authenticator in it", auth_file.display())).to_string();
+    let client = match (var("BOINC_REAL_CLIENT_RPC"), var("BOINC_REAL_CLIENT_PASSWD")) {
+        (Some(rpc), Some(passwd)) => Some(Client { rpc, passwd, url: url.clone() }),
+        _ => None,
+    };
+    let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let tag = format!("{:x}{:03x}", t.as_secs() % 0x100_0000, std::process::id() % 0x1000);
+    Real { url, auth, auth_file, client, tag }
+}
+
+/// A BOINC client's GUI RPC, driven with `boinccmd`.
+struct Client {
+    rpc: String,
+    passwd: String,
+    url: String,
+}
+
+impl Client {
+    fn boinccmd(&self, args: &[&str]) -> bool {
+        let mut cmd = Command::new("boinccmd");
+        cmd.args(["--host", &self.rpc, "--passwd", &self.passwd]).args(args);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        cmd.status().is_ok_and(|s| s.success())
+    }
+
+    /// Asks the client to contact the project now (it backs off when it
+    /// found no work).
+    fn nudge(&self) {
+        self.boinccmd(&["--project", &self.url, "update"]);
+    }
+
+    fn set_run_mode(&self, mode: &str) {
+        assert!(self.boinccmd(&["--set_run_mode", mode]), "boinccmd --set_run_mode {mode} failed");
+    }
+}
+
+/// Nudges the client at most every [`NUDGE_EVERY`].
+struct Nudger<'a> {
+    client: Option<&'a Client>,
+    last: Option<Instant>,
+}
+
+impl Nudger<'_> {
+    fn new(real: &Real) -> Nudger<'_> {
+        Nudger { client: real.client.as_ref(), last: None }
+    }
+
+    fn tick(&mut self) {
+        if let Some(c) = self.client {
+            if self.last.is_none_or(|t| t.elapsed() >= NUDGE_EVERY) {
+                c.nudge();
+                self.last = Some(Instant::now());
+            }
+        }
+    }
+}
+
+/// The client suspended until this is dropped (also when a test fails:
+/// the client is shared).
+struct Suspended<'a>(&'a Client);
+
+impl<'a> Suspended<'a> {
+    fn new(c: &'a Client) -> Suspended<'a> {
+        c.set_run_mode("never");
+        Suspended(c)
+    }
+}
+
+impl Drop for Suspended<'_> {
+    fn drop(&mut self) {
+        self.0.boinccmd(&["--set_run_mode", "always"]);
+        self.0.nudge();
+    }
+}
+
+/// A daemon on the real project, async mode on, the project selected;
+/// `config` is the text of its config file.
+fn daemon(real: &Real, dir: &Path, config: &str) -> GahpClient {
+    let path = dir.join("config.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut g = gahp_with(dir, &["--config", path.to_str().unwrap()], &[]);
+    assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
+    let select = Request::SelectProject { url: real.url.clone(), authenticator: Authenticator::new(real.auth.clone()) };
+    assert_eq!(g.command(&select).unwrap(), ["S"]);
+    g
+}
+
+fn call(g: &mut GahpClient, command: AsyncCommand) -> Vec<String> {
+    g.call(|id| async_cmd(id, command), Duration::from_secs(300)).unwrap()
+}
+
+/// One job of `app` per (args, inputs).
+fn batch(name: &str, app: &str, jobs: Vec<(Vec<String>, Vec<InputFile>)>) -> SubmitBatch {
+    SubmitBatch {
+        batch_name: name.to_string(),
+        app_name: app.into(),
+        jobs: jobs.into_iter().enumerate().map(|(i, (args, inputs))| JobSpec { name: format!("{name}#{i}.0"), args, inputs }).collect(),
+        params: JobParams::default(),
+    }
+}
+
+/// Polls BOINC_QUERY_BATCHES until every job is DONE or ERROR, nudging
+/// the client.
+fn wait_batch(real: &Real, g: &mut GahpClient, batch: &str) -> Vec<(String, String)> {
+    let until = Instant::now() + JOB_WAIT;
+    let mut nudger = Nudger::new(real);
+    loop {
+        let r = call(g, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec![batch.to_string()] });
+        assert_eq!(r[0], "NULL", "{r:?}");
+        let jobs: Vec<(String, String)> = r[3..].chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect();
+        if !jobs.is_empty() && jobs.iter().all(|(_, s)| s == "DONE" || s == "ERROR") {
+            return jobs;
+        }
+        assert!(Instant::now() < until, "batch {batch} did not finish in {JOB_WAIT:?}: {jobs:?}");
+        nudger.tick();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+fn retire(g: &mut GahpClient, batch: &str) {
+    let r = call(g, AsyncCommand::RetireBatch { batch: batch.into() });
+    assert_eq!(r, ["NULL"], "retiring {batch}");
+}
+
+/// The BOINC client sends a task's stderr with every non-ASCII byte as a
+/// character reference (`non_ascii_escape()`: `ï` is `&#195;&#175;`); this
+/// undoes that, so a test sees the bytes the app wrote. Other references
+/// stay as they are.
+fn undo_client_escape(s: &str) -> String {
+    let mut out = Vec::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find("&#") {
+        out.extend_from_slice(&rest.as_bytes()[..at]);
+        rest = &rest[at..];
+        let byte = rest[2..].split_once(';').and_then(|(n, _)| n.parse::<u8>().ok()).filter(|b| *b >= 0x80);
+        match byte {
+            Some(b) => {
+                out.push(b);
+                rest = &rest[rest.find(';').unwrap() + 1..];
+            }
+            None => {
+                out.extend_from_slice(b"&#");
+                rest = &rest[2..];
+            }
+        }
+    }
+    out.extend_from_slice(rest.as_bytes());
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The `argv[i]=<word>` lines the stepper wrote to stderr, in order. A
+/// task restarted by its client writes them again: every copy must agree.
+fn argv_of(stderr: &str) -> Vec<String> {
+    let stderr = undo_client_escape(stderr);
+    let mut argv: BTreeMap<usize, String> = BTreeMap::new();
+    for line in stderr.lines() {
+        let Some(rest) = line.strip_prefix("argv[") else { continue };
+        let Some((i, word)) = rest.split_once("]=") else { continue };
+        let Ok(i) = i.parse::<usize>() else { continue };
+        if let Some(seen) = argv.insert(i, word.to_string()) {
+            assert_eq!(seen, word, "argv[{i}] differs between two runs of the task: {stderr}");
+        }
+    }
+    let words: Vec<String> = argv.values().cloned().collect();
+    assert_eq!(argv.keys().copied().collect::<Vec<_>>(), (1..=words.len()).collect::<Vec<_>>(), "argv lines: {stderr}");
+    words
+}
+
+fn owned(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| a.to_string()).collect()
+}
+
+/// A `stepper` state file: `<tag> 0`.
+fn state_file(dir: &Path, name: &str, tag: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, format!("{tag} 0\n")).unwrap();
+    p
+}
+
+/// The stepper's state after `n` steps from `<tag> 0`.
+fn stepped(tag: &str, n: u32) -> String {
+    let mut s = format!("{tag} {n}\n");
+    for i in 1..=n {
+        s.push_str(&format!("step {i}\n"));
+    }
+    s
+}
+
+/// A one-line reason that names the refused argument (position 2).
+fn assert_names_argument(reason: &str) {
+    assert!(!reason.contains('\n'), "one line: {reason:?}");
+    assert!(reason.contains("argument 2"), "names the argument: {reason:?}");
+}
+
+#[test]
+#[ignore = "needs a real BOINC server: deploy/real-boinc-test/run"]
+fn boinc_submit_arguments_reach_the_app_exactly() {
+    let real = real();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = daemon(&real, dir.path(), "");
+    let name = format!("rbci_args_{}", real.tag);
+    let state = state_file(dir.path(), "state0", "args");
+    let b = batch(&name, "stepper", vec![(owned(ARGS), vec![InputFile { src: state, dst_name: "state".into() }])]);
+    let r = call(&mut g, AsyncCommand::Submit(b));
+    assert_eq!(r, ["NULL"], "BOINC_SUBMIT of {ARGS:?}");
+    let jobs = wait_batch(&real, &mut g, &name);
+    assert_eq!(jobs, [(format!("{name}#0.0"), "DONE".to_string())]);
+
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let fetch = FetchOutput {
+        job_name: format!("{name}#0.0"),
+        dir: out.clone(),
+        stderr_file: "stderr.txt".into(),
+        mode: FetchMode::Some,
+        specs: vec![OutputSpec { src: "state".into(), dst: "state.out".into() }],
+    };
+    let r = call(&mut g, AsyncCommand::FetchOutput(fetch));
+    assert_eq!(r[..2], ["NULL", "0"], "fetch: {r:?}");
+    assert_eq!(std::fs::read_to_string(out.join("state.out")).unwrap(), stepped("args", 1));
+    let stderr = std::fs::read_to_string(out.join("stderr.txt")).unwrap();
+    assert_eq!(argv_of(&stderr), ARGS, "the app's argv (stderr: {stderr})");
+    retire(&mut g, &name);
+
+    // One that no quoting carries: refused before anything is created.
+    let no = format!("rbci_argsno_{}", real.tag);
+    let state = state_file(dir.path(), "state1", "no");
+    let b = batch(&no, "stepper", vec![(owned(&["ok", UNCARRIABLE]), vec![InputFile { src: state, dst_name: "state".into() }])]);
+    let r = call(&mut g, AsyncCommand::Submit(b));
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert_ne!(r[0], "NULL", "{UNCARRIABLE:?} was accepted");
+    assert_names_argument(&r[0]);
+    let r = call(&mut g, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec![no.clone()] });
+    assert_ne!(r[0], "NULL", "a batch {no} was made: {r:?}");
+    assert!(!log_text(dir.path()).contains(&real.auth), "the authenticator never reaches the log");
+}
+
+/// A submit ad as HTCondor 23.9's gridmanager writes it.
+fn job_ad(iwd: &Path, job_dir: &str, attrs: &[(&str, Value)]) -> ClassAd {
+    let mut ad = ClassAd::new();
+    let s = |v: &str| Value::Str(v.into());
+    ad.insert("In", s("/dev/null"));
+    ad.insert("Cmd", s(&iwd.join("job.sh").display().to_string()));
+    ad.insert("Iwd", s(&iwd.display().to_string()));
+    ad.insert("gridtype", s("boinc"));
+    ad.insert("Environment", s(""));
+    ad.insert("GridResource", s("batch boinc"));
+    ad.insert("JobDirectory", s(job_dir));
+    for (name, value) in attrs {
+        ad.insert(*name, value.clone());
+    }
+    ad
+}
+
+fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
+    g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, Duration::from_secs(300)).unwrap()
+}
+
+/// Polls BLAH_JOB_STATUS until the job is completed (4), removed (3) or
+/// held (5); the status and its ad.
+fn wait_blah_final(real: &Real, g: &mut GahpClient, id: &str) -> (i64, ClassAd) {
+    let until = Instant::now() + JOB_WAIT;
+    let mut nudger = Nudger::new(real);
+    loop {
+        let r = blah(g, BlahCommand::JobStatus { job_id: id.into() });
+        assert_eq!(r[0], "0", "BLAH_JOB_STATUS {id}: {r:?}");
+        let st: i64 = r[2].parse().unwrap();
+        if st >= 3 {
+            return (st, ClassAd::parse(&r[3]).unwrap_or_else(|e| panic!("status ad {r:?}: {e}")));
+        }
+        assert!(Instant::now() < until, "job {id} not done in {JOB_WAIT:?}: {r:?}");
+        nudger.tick();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+#[ignore = "needs a real BOINC server: deploy/real-boinc-test/run"]
+fn blah_submit_arguments_reach_the_app_exactly() {
+    let real = real();
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        format!("[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 1\n", real.url, real.auth_file.display());
+    let mut g = daemon(&real, dir.path(), &config);
+    let iwd = dir.path().join("job");
+    std::fs::create_dir_all(&iwd).unwrap();
+    state_file(&iwd, "state", "blah");
+    let attrs = |args: &[&str]| {
+        vec![
+            ("BoincApp", Value::Str("stepper".into())),
+            ("Arguments", Value::Str(format_args_v2(args))),
+            ("TransferInput", Value::Str("state".into())),
+            ("Out", Value::Str("job.out".into())),
+            ("Err", Value::Str("job.err".into())),
+        ]
+    };
+    let r = blah(&mut g, BlahCommand::JobSubmit { ad: job_ad(&iwd, &format!("rbci_blah_{}", real.tag), &attrs(ARGS)) });
+    assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+    let id = r[2].clone();
+    let (st, ad) = wait_blah_final(&real, &mut g, &id);
+    assert_eq!(st, 4, "completed: {ad}");
+    assert_eq!(ad.get_int("ExitCode"), Some(0), "{ad}");
+    assert_eq!(std::fs::read_to_string(iwd.join("state")).unwrap(), stepped("blah", 1));
+    let stderr = std::fs::read_to_string(iwd.join("job.err")).unwrap();
+    assert_eq!(argv_of(&stderr), ARGS, "the app's argv (job.err: {stderr})");
+
+    // One that no quoting carries: held, the reason naming it.
+    let iwd = dir.path().join("refused");
+    std::fs::create_dir_all(&iwd).unwrap();
+    state_file(&iwd, "state", "no");
+    let r = blah(&mut g, BlahCommand::JobSubmit { ad: job_ad(&iwd, &format!("rbci_blahno_{}", real.tag), &attrs(&["ok", UNCARRIABLE])) });
+    assert_eq!(r[0], "0", "{r:?}");
+    let (st, ad) = wait_blah_final(&real, &mut g, &r[2]);
+    assert_eq!(st, 5, "held: {ad}");
+    assert_names_argument(ad.get_str("HoldReason").unwrap_or_default());
+    assert!(!log_text(dir.path()).contains(&real.auth), "the authenticator never reaches the log");
+}
+
+/// `n` bytes of text no earlier run uploaded.
+fn new_input(dir: &Path, name: &str, n: usize, tag: &str) -> PathBuf {
+    let line = format!("input {name} of run {tag}, new to the server\n");
+    let text: String = line.chars().cycle().take(n).collect();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+#[ignore = "needs a real BOINC server: deploy/real-boinc-test/run"]
+fn inputs_near_and_over_phps_upload_limit() {
+    let real = real();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = daemon(&real, dir.path(), "");
+
+    // Five new 1.9 MB inputs in one batch: each under upload_max_filesize
+    // (2M), together over post_max_size (8M).
+    let name = format!("rbci_up5_{}", real.tag);
+    let jobs = (0..5)
+        .map(|i| {
+            let f = new_input(dir.path(), &format!("in{i}_{}.txt", real.tag), 1_900_000, &real.tag);
+            (vec![], vec![InputFile { src: f, dst_name: "in".into() }])
+        })
+        .collect();
+    let r = call(&mut g, AsyncCommand::Submit(batch(&name, "uppercase", jobs)));
+    assert_eq!(r, ["NULL"], "five 1.9 MB inputs");
+    let r = call(&mut g, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec![name.clone()] });
+    assert_eq!((r[0].as_str(), r[2].as_str()), ("NULL", "5"), "five jobs on the server: {r:?}");
+    // They need not run: abort them and retire the batch.
+    let all: Vec<String> = (0..5).map(|i| format!("{name}#{i}.0")).collect();
+    assert_eq!(call(&mut g, AsyncCommand::AbortJobs { jobs: all }), ["NULL"]);
+    retire(&mut g, &name);
+
+    // One 3 MB input: refused with a reason naming the file, its size and
+    // the limit.
+    let big = format!("big_{}.dat", real.tag);
+    let name = format!("rbci_up3_{}", real.tag);
+    let f = new_input(dir.path(), &big, 3_000_000, &real.tag);
+    let r =
+        call(&mut g, AsyncCommand::Submit(batch(&name, "uppercase", vec![(vec![], vec![InputFile { src: f, dst_name: "in".into() }])])));
+    assert_eq!(r.len(), 1, "{r:?}");
+    let e = &r[0];
+    assert_ne!(e, "NULL", "a 3 MB input was accepted");
+    assert!(e.contains(&big), "names the file: {e}");
+    assert!(["3000000", "3,000,000", "3.0 MB", "2.9 MiB", "2.86 MiB"].iter().any(|s| e.contains(s)), "names its size: {e}");
+    assert!(e.contains("upload_max_filesize"), "names the limit: {e}");
+    // Whatever was made of it goes.
+    let _ = call(&mut g, AsyncCommand::RetireBatch { batch: name });
+}
+
+fn seq(g: &mut GahpClient, command: SequenceCommand) -> Vec<String> {
+    g.call(|id| Request::Sequence { reqid: ReqId(id), command }, Duration::from_secs(300)).unwrap()
+}
+
+/// Queries the sequence until `done(reply)`, nudging the client; the last
+/// reply (`NULL status steps_done steps_planned current_step attempt
+/// relocations url reason ndead ...`).
+fn wait_seq(real: &Real, g: &mut GahpClient, name: &str, what: &str, within: Duration, done: impl Fn(&[String]) -> bool) -> Vec<String> {
+    let until = Instant::now() + within;
+    let mut nudger = Nudger::new(real);
+    loop {
+        let r = seq(g, SequenceCommand::Query { name: name.into() });
+        assert_eq!(r[0], "NULL", "{r:?}");
+        if done(&r) {
+            return r;
+        }
+        assert!(Instant::now() < until, "{name}: no {what} in {within:?}: {r:?}");
+        nudger.tick();
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+#[test]
+#[ignore = "needs a real BOINC server: deploy/real-boinc-test/run"]
+fn a_three_step_sequence_with_a_relocated_step_ends_in_the_exact_state() {
+    let real = real();
+    let client = real.client.as_ref().unwrap_or_else(|| {
+        panic!("BOINC_REAL_CLIENT_RPC and BOINC_REAL_CLIENT_PASSWD are not set: this test suspends the client ({NEEDS})")
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = daemon(&real, dir.path(), "sequence_poll_ms = 1000\n");
+    let name = format!("rbci-seq-{}", real.tag);
+    let state = state_file(dir.path(), "state0", "seq");
+    let max_step_time = 40;
+    let create = CreateSequence {
+        name: name.clone(),
+        app_name: "stepper".into(),
+        steps: 3,
+        max_step_time,
+        max_attempts: 6,
+        end_marker: None,
+        state_files: vec![InputFile { src: state, dst_name: "state".into() }],
+        args: owned(&["--sleep", "1"]),
+        inputs: vec![],
+    };
+    let t0 = Instant::now();
+    assert_eq!(seq(&mut g, SequenceCommand::Create(create)), ["NULL"]);
+    wait_seq(&real, &mut g, &name, "first step", JOB_WAIT, |r| r[2] != "0" || r[1] != "RUNNING");
+    eprintln!("{name}: step 1 done after {:.0?}; suspending the client", t0.elapsed());
+    {
+        // The client stops computing: the live step misses its deadline
+        // and is relocated; the client computes again when this ends.
+        let _suspended = Suspended::new(client);
+        let within = Duration::from_secs(u64::from(max_step_time) + 60);
+        let r = wait_seq(&real, &mut g, &name, "relocation", within, |r| r[6] != "0" || r[1] != "RUNNING");
+        assert_eq!(r[1], "RUNNING", "{r:?}");
+        eprintln!("{name}: relocated after {:.0?}: {r:?}; resuming the client", t0.elapsed());
+    }
+    let r = wait_seq(&real, &mut g, &name, "completion", JOB_WAIT, |r| r[1] != "RUNNING");
+    assert_eq!((r[1].as_str(), r[2].as_str(), r[3].as_str()), ("COMPLETED", "3", "3"), "{r:?}");
+    eprintln!("{name}: completed after {:.0?}: {r:?}", t0.elapsed());
+    let relocations: usize = r[6].parse().unwrap();
+    let dead: usize = r[9].parse().unwrap();
+    assert!(relocations >= 1 && dead == relocations, "{r:?}");
+    for d in r[10..].chunks(5) {
+        assert!(["deadline missed", "never sent"].contains(&d[2].as_str()), "dead branch {d:?}");
+    }
+    let out = dir.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let r = seq(&mut g, SequenceCommand::Fetch(FetchSequence { name: name.clone(), step: StepSelector::Latest, dir: out.clone() }));
+    assert_eq!(r[..2], ["NULL", "3"], "{r:?}");
+    // Every step ran once, in order, on the state the one before left.
+    assert_eq!(std::fs::read_to_string(out.join("state")).unwrap(), stepped("seq", 3));
+    assert!(!log_text(dir.path()).contains(&real.auth), "the authenticator never reaches the log");
+}
