@@ -715,7 +715,10 @@ mod tests {
             upload_refusal(-1, "big in.dat upload failed because: The uploaded file exceeds upload_max_filesize of php.ini."),
             Some(FileTooBig { filename: "big in.dat".into() })
         );
-        assert_eq!(upload_refusal(-1, "# of uploaded files (20) doesn't agree with request (21)"), Some(TooManyFiles { kept: 20, sent: 21 }));
+        assert_eq!(
+            upload_refusal(-1, "# of uploaded files (20) doesn't agree with request (21)"),
+            Some(TooManyFiles { kept: 20, sent: 21 })
+        );
         assert_eq!(upload_refusal(-1, "# of uploaded files (1) doesn't agree with request (2)"), Some(TooManyFiles { kept: 1, sent: 2 }));
         assert_eq!(upload_refusal(-1, "# of uploaded files (3) doesn't agree with request (2)"), None);
         assert_eq!(upload_refusal(-1, "bad filename"), None);

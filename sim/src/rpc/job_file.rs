@@ -130,7 +130,10 @@ fn upload_files(ctx: &Ctx, c: &Connection, r: &Element, parts: &[FilePart], out:
     // Every part is checked before any is stored.
     if let Some(part) = parts.iter().find(|p| p.too_big) {
         delete_uploaded_files(ctx, parts, out);
-        return Err(xml_fail(format!("{} upload failed because: The uploaded file exceeds upload_max_filesize of php.ini.", part.filename)));
+        return Err(xml_fail(format!(
+            "{} upload failed because: The uploaded file exceeds upload_max_filesize of php.ini.",
+            part.filename
+        )));
     }
     for (part, name) in parts.iter().zip(&names) {
         tracing::debug!(file = %name, client_name = %part.filename, bytes = part.data.len(), "upload");

@@ -178,7 +178,10 @@ pub async fn upload_max_filesize_refuses_a_file_as_captured() {
     assert!(sim.state().await["files"].as_array().unwrap().is_empty());
     // Exactly 2 MiB is taken (PHP refuses only what is larger).
     let edge = captured_content("edge", 0, 2 << 20);
-    let req = format!("<upload_files>\n<authenticator>{CAP_AUTH}</authenticator>\n<phys_name>{}</phys_name>\n</upload_files>\n", phys_name(&edge));
+    let req = format!(
+        "<upload_files>\n<authenticator>{CAP_AUTH}</authenticator>\n<phys_name>{}</phys_name>\n</upload_files>\n",
+        phys_name(&edge)
+    );
     let (_, body) = sim.post_files("job_file.php", &req, &[("file_0", &edge)]).await;
     assert!(body.contains("<success/>"), "{body}");
     sim.stop().await;
