@@ -118,3 +118,20 @@ fn a_smaller_post_max_size_is_learnt_and_calls_are_split_without_duplicates() {
         assert_eq!(held_once(&sim, MIB as u64, batch_id(&sim, name)), 5);
     }
 }
+
+#[test]
+fn a_submit_batch_over_post_max_size_fails_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    // 10,000 jobs make a submit_batch request of about 1.5 MB.
+    let sim = Sim::start_config(dir.path(), "[quirks]\npost_max_size = 1048576\n");
+    let mut g = ready_gahp(&sim, dir.path());
+    let files = big_inputs(dir.path(), 1, 100, "many");
+    let mut batch = uppercase_batch("many", &files);
+    let job = batch.jobs[0].clone();
+    batch.jobs = (0..10_000).map(|i| JobSpec { name: format!("many#{i}.0"), ..job.clone() }).collect();
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap();
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(r[0].starts_with("error submitting jobs: -1 the submit_batch request of 10000 jobs ("), "{}", r[0]);
+    assert!(r[0].contains("post_max_size") && r[0].contains("submit fewer jobs per batch"), "{}", r[0]);
+    assert!(sim.jobs_of(batch_id(&sim, "many")).is_empty());
+}

@@ -60,6 +60,8 @@ pub enum SubmitError {
     NameTaken(String),
     #[error("error submitting jobs: {0}")]
     Submit(RpcError),
+    #[error("error submitting jobs: -1 the submit_batch request of {jobs} jobs ({bytes} bytes) is over the project's {}; submit fewer jobs per batch", PhpLimit::PostMaxSize)]
+    SubmitTooBig { bytes: usize, jobs: usize },
     #[error("error submitting jobs: internal error ({0})")]
     Internal(&'static str),
 }
@@ -552,6 +554,9 @@ impl Run {
             attempt += 1;
             match self.once(Script::SubmitRpcHandler, xml.clone(), reply::parse_submit_batch).await {
                 Ok(_) => return Ok(()),
+                Err(RpcError::Boinc { num, ref msg }) if reply::body_dropped(num, msg) => {
+                    return Err(SubmitError::SubmitTooBig { bytes: xml.len(), jobs: batch.jobs.len() });
+                }
                 Err(e) if e.outcome_unknown() => {
                     // Did the lost call create the jobs? Ask before sending again.
                     let xml = request::query_batch_by_id(&self.key.authenticator, batch_id);

@@ -57,15 +57,21 @@ pub enum UploadRefusal {
     TooManyFiles { kept: usize, sent: usize },
 }
 
+/// An error reply of any script saying PHP dropped the request's body (over
+/// `post_max_size`): the request itself is what the script did not get,
+/// so nothing follows the colon.
+pub fn body_dropped(num: i64, msg: &str) -> bool {
+    num == -1 && msg.trim_end() == "can't parse request message:"
+}
+
 /// The refusal an `upload_files` error reply stands for, if it is one.
 pub fn upload_refusal(num: i64, msg: &str) -> Option<UploadRefusal> {
     const TOO_BIG: &str = " upload failed because: The uploaded file exceeds upload_max_filesize of php.ini.";
+    if body_dropped(num, msg) {
+        return Some(UploadRefusal::BodyDropped);
+    }
     if num != -1 {
         return None;
-    }
-    // The request itself is what PHP lost: nothing follows the colon.
-    if msg.trim_end() == "can't parse request message:" {
-        return Some(UploadRefusal::BodyDropped);
     }
     if let Some(filename) = msg.strip_suffix(TOO_BIG) {
         return Some(UploadRefusal::FileTooBig { filename: filename.to_string() });
