@@ -4,6 +4,7 @@
 //! positive number) or `*_ms` (a whole number); nonsense is refused with the
 //! key's name, never replaced by a guess.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -45,6 +46,9 @@ pub struct DaemonConfig {
     pub max_concurrent_rpcs: usize,
     /// Files per upload_files call (PHP's max_file_uploads is 20).
     pub upload_chunk: usize,
+    /// Bytes per upload_files request body (files, multipart framing and
+    /// request XML): PHP drops a body over its `post_max_size` whole.
+    pub upload_max_bytes: u64,
     /// Identical BOINC_QUERY_BATCHES within this window share one RPC.
     #[serde(rename = "query_coalesce_ms", with = "millis")]
     pub query_coalesce: Duration,
@@ -79,6 +83,31 @@ pub struct DaemonConfig {
     pub panic_on: Option<String>,
     /// The `BLAH_*` front end (`grid_resource = batch boinc`).
     pub blah: BlahConfig,
+    /// Settings of one project (`[projects."URL"]`), over the ones above.
+    pub projects: BTreeMap<String, ProjectConfig>,
+}
+
+/// What one project's server takes, where it differs from the defaults.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ProjectConfig {
+    /// Its PHP's `max_file_uploads`, if not 20.
+    pub upload_chunk: Option<usize>,
+    /// Its PHP's `post_max_size` in bytes, if not 8M.
+    pub upload_max_bytes: Option<u64>,
+}
+
+/// PHP's stock `post_max_size` (8M): the default byte budget of an upload.
+pub const PHP_POST_MAX_SIZE: u64 = 8 << 20;
+
+/// Smallest byte budget allowed: room for a request and a small file.
+const MIN_UPLOAD_BYTES: u64 = 64 << 10;
+
+/// How one upload_files call to a project is bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadLimits {
+    pub max_files: usize,
+    pub max_bytes: u64,
 }
 
 /// Where `BLAH_*` jobs go and how they are watched (the `[blah]` section
@@ -158,6 +187,7 @@ impl Default for DaemonConfig {
             retry_max: Duration::from_secs(30),
             max_concurrent_rpcs: 8,
             upload_chunk: 20,
+            upload_max_bytes: PHP_POST_MAX_SIZE,
             query_coalesce: Duration::from_secs(5),
             widen_min_mod_time: true,
             sequence_poll: Duration::from_secs(30),
@@ -168,6 +198,7 @@ impl Default for DaemonConfig {
             hash_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             panic_on: None,
             blah: BlahConfig::default(),
+            projects: BTreeMap::new(),
         }
     }
 }
@@ -196,6 +227,20 @@ impl DaemonConfig {
         if !(1..=20).contains(&self.upload_chunk) {
             return bad("upload_chunk", "must be 1 to 20 (PHP takes at most 20 files per request)");
         }
+        if self.upload_max_bytes < MIN_UPLOAD_BYTES {
+            return bad("upload_max_bytes", "must be at least 65536");
+        }
+        for (url, p) in &self.projects {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return bad("projects", "keys must be project URLs (http:// or https://)");
+            }
+            if p.upload_chunk == Some(0) {
+                return bad("projects.upload_chunk", "must be at least 1");
+            }
+            if p.upload_max_bytes.is_some_and(|b| b < MIN_UPLOAD_BYTES) {
+                return bad("projects.upload_max_bytes", "must be at least 65536");
+            }
+        }
         if self.hash_threads == 0 {
             return bad("hash_threads", "must be at least 1");
         }
@@ -221,6 +266,17 @@ impl DaemonConfig {
             return bad("blah.project_url", "must be an http:// or https:// URL");
         }
         Ok(())
+    }
+
+    /// The bounds of an upload_files call to the project at `url` (a
+    /// `[projects]` key matches with or without its final `/`).
+    pub fn upload_limits(&self, url: &str) -> UploadLimits {
+        let url = url.trim_end_matches('/');
+        let p = self.projects.iter().find(|(k, _)| k.trim_end_matches('/') == url).map(|(_, p)| p);
+        UploadLimits {
+            max_files: p.and_then(|p| p.upload_chunk).unwrap_or(self.upload_chunk),
+            max_bytes: p.and_then(|p| p.upload_max_bytes).unwrap_or(self.upload_max_bytes),
+        }
     }
 }
 
@@ -290,6 +346,18 @@ mod tests {
     }
 
     #[test]
+    fn upload_limits_are_per_project_over_the_defaults() {
+        let c = DaemonConfig::from_toml(
+            "upload_max_bytes = 4000000\n[projects.\"https://big.example/p\"]\nupload_max_bytes = 100000000\nupload_chunk = 50\n",
+        )
+        .unwrap();
+        assert_eq!(c.upload_limits("https://big.example/p/"), UploadLimits { max_files: 50, max_bytes: 100_000_000 });
+        assert_eq!(c.upload_limits("https://other.example/"), UploadLimits { max_files: 20, max_bytes: 4_000_000 });
+        let d = DaemonConfig::default().upload_limits("http://x/");
+        assert_eq!(d, UploadLimits { max_files: 20, max_bytes: 8 << 20 });
+    }
+
+    #[test]
     fn nonsense_is_refused_with_the_key_named() {
         for (text, key) in [
             ("command_timeout_secs = -3", "command_timeout_secs"),
@@ -306,6 +374,11 @@ mod tests {
             ("[blah]\nbatch_max_jobs = 0", "blah.batch_max_jobs"),
             ("ping_timeout_secs = 0", "ping_timeout_secs"),
             ("[blah]\nproject_url = \"ftp://x/\"", "blah.project_url"),
+            ("upload_max_bytes = 1000", "upload_max_bytes"),
+            ("[projects.\"http://a/\"]\nupload_max_bytes = 10", "projects.upload_max_bytes"),
+            ("[projects.\"http://a/\"]\nupload_chunk = 0", "projects.upload_chunk"),
+            ("[projects.\"a\"]\nupload_chunk = 5", "projects"),
+            ("[projects.\"http://a/\"]\npost_max_size = 5", "post_max_size"),
         ] {
             let err = DaemonConfig::from_toml(text).expect_err(text);
             assert!(err.contains(key), "{text}: {err}");

@@ -81,6 +81,13 @@ const MIGRATIONS: &[&str] = &[
     crate::sequences::store::RETIRE_MIGRATION,
     // 7: pool sequences that moved to another project of their pool.
     crate::sequences::store::MOVE_MIGRATION,
+    // 8: upload byte budgets learnt from a project's refusals, with the
+    // configured budget they were learnt under (a new one starts afresh).
+    "CREATE TABLE upload_budgets (
+         project TEXT PRIMARY KEY,
+         configured INTEGER NOT NULL,
+         learnt INTEGER NOT NULL
+     );",
 ];
 
 /// Brings the schema to the newest version, each step in a transaction of
@@ -162,6 +169,31 @@ impl StateDb {
         self.with_conn(|c| {
             c.execute("DELETE FROM batch_creates WHERE project = ?1 AND account = ?2 AND batch = ?3", params![project, account, batch])
                 .map(drop)
+        })
+    }
+
+    /// The byte budget learnt for uploads to `project` while `configured`
+    /// was its configured one.
+    pub fn learnt_upload_budget(&self, project: &str, configured: u64) -> rusqlite::Result<Option<u64>> {
+        self.with_conn(|c| {
+            c.query_row(
+                "SELECT learnt FROM upload_budgets WHERE project = ?1 AND configured = ?2",
+                params![project, configured as i64],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map(|v| v.map(|b| b.max(0) as u64))
+        })
+    }
+
+    /// Records a smaller byte budget for uploads to `project`.
+    pub fn note_upload_budget(&self, project: &str, configured: u64, learnt: u64) -> rusqlite::Result<()> {
+        self.with_conn(|c| {
+            c.execute(
+                "INSERT OR REPLACE INTO upload_budgets (project, configured, learnt) VALUES (?1, ?2, ?3)",
+                params![project, configured as i64, learnt as i64],
+            )
+            .map(drop)
         })
     }
 

@@ -205,6 +205,29 @@ fn check(name: &str) {
             assert_eq!(parse_upload_files(&body(name)), Err(boinc("# of uploaded files (1) doesn't agree with request (2)")));
             same_request(request::upload_files(&a, 0, &names(&[FILE, &format!("x{FILE}")])));
         }
+        // PHP's limits (issue 19): nothing stored, the daemon can tell which.
+        "upload_files_upload_max_filesize.txt" => {
+            let msg = "big.txt upload failed because: The uploaded file exceeds upload_max_filesize of php.ini.";
+            assert_eq!(parse_upload_files(&body(name)), Err(boinc(msg)));
+            assert_eq!(upload_refusal(-1, msg), Some(UploadRefusal::FileTooBig { filename: "big.txt".into() }));
+            same_request(request::upload_files(&a, 0, &names(&["ee16026ec72e444903bd59cef4713c3c.txt"])));
+        }
+        "upload_files_post_max_size.txt" | "upload_files_post_max_size_plus_one.txt" => {
+            // The body dropped whole: warnings, then the script's "no request".
+            let e = parse_upload_files(&body(name)).unwrap_err();
+            assert_eq!(e, boinc("can't parse request message:"));
+            let ReplyError::Boinc { num, msg } = e else { unreachable!() };
+            assert_eq!(upload_refusal(num, &msg), Some(UploadRefusal::BodyDropped));
+        }
+        "upload_files_post_max_size_exactly.txt" => {
+            assert_eq!(parse_upload_files(&body(name)), Ok(()));
+        }
+        "upload_files_max_file_uploads.txt" => {
+            let msg = "# of uploaded files (20) doesn't agree with request (21)";
+            assert_eq!(parse_upload_files(&body(name)), Err(boinc(msg)));
+            assert_eq!(upload_refusal(-1, msg), Some(UploadRefusal::TooManyFiles { kept: 20, sent: 21 }));
+            assert_eq!(request_xml(name).matches("<phys_name>").count(), 21);
+        }
         "upload_files_immutability_violation.txt" => {
             assert_eq!(parse_upload_files(&body(name)), Err(boinc(&format!("file immutability violation for {FILE}"))));
         }

@@ -191,6 +191,12 @@ pub struct Quirks {
     /// File parts PHP accepts per upload (`max_file_uploads`); further
     /// parts are dropped. 0 = no limit.
     pub max_file_uploads: usize,
+    /// Bytes of one uploaded file at most (`upload_max_filesize`, stock
+    /// 2M): a larger part is refused. 0 = no limit.
+    pub upload_max_filesize: u64,
+    /// Bytes of a POST body at most (`post_max_size`, stock 8M): PHP drops
+    /// a larger body whole, so the script sees no request. 0 = no limit.
+    pub post_max_size: u64,
     /// Batch names with `'`, `"`, `\`, CR or LF are never found by name.
     pub double_escaped_names: bool,
     /// `query_files` with a larger `delete_time` fails after updating it.
@@ -208,6 +214,8 @@ impl Default for Quirks {
             query_completed_job: CompletedJobMode::PhpGe81,
             escape_apostrophe: true,
             max_file_uploads: 20,
+            upload_max_filesize: 2 << 20,
+            post_max_size: 8 << 20,
             double_escaped_names: true,
             query_files_delete_time_error: true,
             first_dispatch_bumps_mod_time: true,

@@ -9,6 +9,8 @@ pub struct FilePart {
     pub field: String,
     pub filename: String,
     pub data: Bytes,
+    /// Over `upload_max_filesize`: PHP's `UPLOAD_ERR_INI_SIZE`, no data.
+    pub too_big: bool,
 }
 
 /// The POST form as PHP sees it.
@@ -20,4 +22,7 @@ pub struct Form {
     /// `max_file_uploads` of them (later ones dropped, as PHP does), a
     /// repeated field name replacing the earlier part.
     pub files: Vec<FilePart>,
+    /// The body's length when it was over `post_max_size`: PHP dropped it
+    /// whole (no request, no files) and warned.
+    pub dropped: Option<u64>,
 }

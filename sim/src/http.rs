@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use actix_web::http::header::CONTENT_TYPE;
+use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -35,14 +35,26 @@ fn too_large() -> HttpResponse {
 
 /// Reads the body into a [`Form`]; `Err` is the response to give (body too
 /// large).
-async fn read_form(req: &HttpRequest, payload: web::Payload, ctx: &Ctx) -> Result<Form, HttpResponse> {
+async fn read_form(req: &HttpRequest, mut payload: web::Payload, ctx: &Ctx) -> Result<Form, HttpResponse> {
     let limit = ctx.cfg.max_request_bytes;
+    let post_max = ctx.cfg.quirks.post_max_size;
+    let declared = req.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(len) = declared.filter(|&n| post_max != 0 && n > post_max) {
+        // PHP reads none of it; the web server then reads it to the end.
+        let mut total = 0usize;
+        while let Some(Ok(chunk)) = payload.next().await {
+            total += chunk.len();
+            if total > limit {
+                return Err(too_large());
+            }
+        }
+        return Ok(Form { dropped: Some(len), ..Form::default() });
+    }
     let ctype = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_ascii_lowercase();
     if ctype.starts_with("multipart/form-data") {
         return read_multipart(req, payload, ctx).await;
     }
     let mut body = BytesMut::new();
-    let mut payload = payload;
     while let Some(chunk) = payload.next().await {
         let Ok(chunk) = chunk else {
             return Ok(Form::default());
@@ -66,6 +78,7 @@ async fn read_form(req: &HttpRequest, payload: web::Payload, ctx: &Ctx) -> Resul
 async fn read_multipart(req: &HttpRequest, payload: web::Payload, ctx: &Ctx) -> Result<Form, HttpResponse> {
     let limit = ctx.cfg.max_request_bytes;
     let max_files = ctx.cfg.quirks.max_file_uploads;
+    let max_file = ctx.cfg.quirks.upload_max_filesize;
     let mut mp = actix_multipart::Multipart::new(req.headers(), payload);
     let mut form = Form::default();
     let mut total = 0usize;
@@ -78,7 +91,7 @@ async fn read_multipart(req: &HttpRequest, payload: web::Payload, ctx: &Ctx) -> 
             None => (String::new(), None),
         };
         let mut data = BytesMut::new();
-        let mut broken = false;
+        let (mut broken, mut too_big) = (false, false);
         while let Some(chunk) = field.next().await {
             match chunk {
                 Ok(chunk) => {
@@ -86,7 +99,13 @@ async fn read_multipart(req: &HttpRequest, payload: web::Payload, ctx: &Ctx) -> 
                     if total > limit {
                         return Err(too_large());
                     }
-                    data.extend_from_slice(&chunk);
+                    // PHP stops keeping a file at upload_max_filesize.
+                    too_big |= filename.is_some() && max_file != 0 && (data.len() + chunk.len()) as u64 > max_file;
+                    if too_big {
+                        data.clear();
+                    } else {
+                        data.extend_from_slice(&chunk);
+                    }
                 }
                 Err(_) => {
                     broken = true;
@@ -103,7 +122,7 @@ async fn read_multipart(req: &HttpRequest, payload: web::Payload, ctx: &Ctx) -> 
                 if max_files != 0 && file_parts_seen > max_files {
                     continue;
                 }
-                let part = FilePart { field: name.clone(), filename, data: data.freeze() };
+                let part = FilePart { field: name.clone(), filename, data: data.freeze(), too_big };
                 match form.files.iter_mut().find(|f| f.field == name) {
                     Some(existing) => *existing = part,
                     None => form.files.push(part),
@@ -163,18 +182,17 @@ async fn submit_rpc_handler(req: HttpRequest, payload: web::Payload, ctx: web::D
 
 async fn job_file(req: HttpRequest, payload: web::Payload, ctx: web::Data<Ctx>) -> HttpResponse {
     let ctx = ctx.into_inner();
-    let form = match read_form(&req, payload, &ctx).await {
+    let mut form = match read_form(&req, payload, &ctx).await {
         Ok(f) => f,
         Err(resp) => return resp,
     };
     let c2 = ctx.clone();
-    let request = form.request;
+    let request = form.request.take();
     let Ok(parsed) = web::block(move || rpc::parse_request(&c2, request.as_deref())).await else {
         return HttpResponse::InternalServerError().finish();
     };
     let endpoint = rpc::endpoint("job_file.php", &parsed);
-    let files = form.files;
-    serve(ctx, endpoint, move |ctx, c| rpc::job_file::handle(ctx, c, parsed, &files)).await
+    serve(ctx, endpoint, move |ctx, c| rpc::job_file::handle(ctx, c, parsed, &form)).await
 }
 
 async fn get_output(req: HttpRequest, ctx: web::Data<Ctx>) -> HttpResponse {

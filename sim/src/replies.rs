@@ -134,6 +134,12 @@ impl XmlOut {
     }
 }
 
+/// A PHP warning or deprecation notice as PHP 8 prints it (html_errors on);
+/// `file` relative to the project's `html/`.
+pub fn php_notice(php_root: &str, kind: &str, message: &str, file: &str, line: u32) -> String {
+    format!("<br />\n<b>{kind}</b>:  {message} in <b>{php_root}/html/{file}</b> on line <b>{line}</b><br />\n")
+}
+
 /// A PHP "Fatal error" block as PHP 8 prints it (html_errors on): the
 /// message, the stack trace (frames: file relative to `html/`, line, call),
 /// and where it was thrown (the first frame).

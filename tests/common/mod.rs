@@ -29,6 +29,19 @@ impl Sim {
         Sim::start_with(&[])
     }
 
+    /// A sim with this configuration (TOML, see docs/sim.md), written to
+    /// `dir/sim.toml`.
+    pub fn start_config(dir: &Path, toml: &str) -> Sim {
+        let path = dir.join("sim.toml");
+        std::fs::write(&path, toml).unwrap();
+        Sim::start_with(&["--config", path.to_str().unwrap()])
+    }
+
+    /// A sim whose PHP takes uploads of any size (tests of big files).
+    pub fn start_without_php_limits(dir: &Path) -> Sim {
+        Sim::start_config(dir, "[quirks]\nupload_max_filesize = 0\npost_max_size = 0\n")
+    }
+
     pub fn start_with(args: &[&str]) -> Sim {
         Sim(gahp_testkit::SimProcess::start(Path::new(env!("CARGO_BIN_EXE_boinc-sim")), args).expect("boinc-sim starts"))
     }

@@ -42,6 +42,46 @@ pub fn parse_upload_files(body: &[u8]) -> Result<(), ReplyError> {
     parse_success(body)
 }
 
+/// Why PHP refused an `upload_files` call before the script stored any file
+/// (its stock limits, seen on a real server; spec §5.2). Nothing was
+/// stored, so the same files may be sent again in smaller calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UploadRefusal {
+    /// The body was over `post_max_size`: PHP dropped it whole, and the
+    /// script found no request to parse.
+    BodyDropped,
+    /// A file part was over `upload_max_filesize`; `filename` is the part's
+    /// file name as the server names it (the first such part).
+    FileTooBig { filename: String },
+    /// More file parts than `max_file_uploads`: PHP kept `kept` of `sent`.
+    TooManyFiles { kept: usize, sent: usize },
+}
+
+/// An error reply of any script saying PHP dropped the request's body (over
+/// `post_max_size`): the request itself is what the script did not get,
+/// so nothing follows the colon.
+pub fn body_dropped(num: i64, msg: &str) -> bool {
+    num == -1 && msg.trim_end() == "can't parse request message:"
+}
+
+/// The refusal an `upload_files` error reply stands for, if it is one.
+pub fn upload_refusal(num: i64, msg: &str) -> Option<UploadRefusal> {
+    const TOO_BIG: &str = " upload failed because: The uploaded file exceeds upload_max_filesize of php.ini.";
+    if body_dropped(num, msg) {
+        return Some(UploadRefusal::BodyDropped);
+    }
+    if num != -1 {
+        return None;
+    }
+    if let Some(filename) = msg.strip_suffix(TOO_BIG) {
+        return Some(UploadRefusal::FileTooBig { filename: filename.to_string() });
+    }
+    let counts = msg.strip_prefix("# of uploaded files (")?;
+    let (kept, rest) = counts.split_once(") doesn't agree with request (")?;
+    let (kept, sent): (usize, usize) = (kept.parse().ok()?, rest.strip_suffix(')')?.parse().ok()?);
+    (kept < sent).then_some(UploadRefusal::TooManyFiles { kept, sent })
+}
+
 /// `get_templates`: the `<open_name>`s inside `<input_template>` and
 /// `<output_template>`, in document order. The position of an output name is
 /// the `file_num` of its download.
@@ -670,6 +710,25 @@ mod tests {
             body("<query_batch>\n<error>\n<error_num>-1</error_num>\n<error_msg>no such batch</error_msg>\n</error>\n</query_batch>\n");
         assert_eq!(parse_query_batch_details(&err), Err(boinc(-1, "no such batch")));
         assert!(matches!(parse_query_batch_details(&body("<query_batch>\n<job><name>x</name>")), Err(ReplyError::Malformed(_))));
+    }
+
+    #[test]
+    fn upload_refusals() {
+        use UploadRefusal::*;
+        assert_eq!(upload_refusal(-1, "can't parse request message:"), Some(BodyDropped));
+        assert_eq!(upload_refusal(-1, "can't parse request message: junk"), None);
+        assert_eq!(
+            upload_refusal(-1, "big in.dat upload failed because: The uploaded file exceeds upload_max_filesize of php.ini."),
+            Some(FileTooBig { filename: "big in.dat".into() })
+        );
+        assert_eq!(
+            upload_refusal(-1, "# of uploaded files (20) doesn't agree with request (21)"),
+            Some(TooManyFiles { kept: 20, sent: 21 })
+        );
+        assert_eq!(upload_refusal(-1, "# of uploaded files (1) doesn't agree with request (2)"), Some(TooManyFiles { kept: 1, sent: 2 }));
+        assert_eq!(upload_refusal(-1, "# of uploaded files (3) doesn't agree with request (2)"), None);
+        assert_eq!(upload_refusal(-1, "bad filename"), None);
+        assert_eq!(upload_refusal(-183, "can't parse request message:"), None);
     }
 
     #[test]

@@ -6,19 +6,37 @@ use rusqlite::{params, Connection};
 use super::{authenticate, valid_filename, Access};
 use crate::ctx::Ctx;
 use crate::files;
-use crate::form::FilePart;
-use crate::replies::{php_duplicate_entry, project_down, xml_fail, Fail, Reply, XmlOut, XML_CONTENT_TYPE};
+use crate::form::{FilePart, Form};
+use crate::replies::{php_duplicate_entry, php_notice, project_down, xml_fail, Fail, Reply, XmlOut, XML_CONTENT_TYPE};
 use crate::store;
 use crate::xmlreq::Element;
 
 type Step = Result<(), Fail>;
 
-/// Runs the script on a parsed request and the uploaded file parts.
-pub fn handle(ctx: &Ctx, c: &Connection, req: Result<Element, String>, files: &[FilePart]) -> Reply {
+/// Where job_file.php reports an unparsable request (BOINC master).
+const PARSE_ERROR_LINE: u32 = 302;
+
+/// Runs the script on a parsed request and the POST form's file parts (a
+/// form PHP dropped for `post_max_size` has no request and no files).
+pub fn handle(ctx: &Ctx, c: &Connection, req: Result<Element, String>, form: &Form) -> Reply {
     let mut out = XmlOut::new();
+    let root = ctx.php_root();
+    let files = &form.files;
     let res = match &req {
         Err(raw) => {
-            Err(Fail::XmlAt(format!("can't parse request message: {raw}"), format!("{}/html/user/job_file.php", ctx.php_root()), 291))
+            if form.dropped.is_some() {
+                // `$_POST['request']` is not there at all: PHP warns on the
+                // way to the parse error (as captured).
+                out.push(&php_notice(&root, "Warning", "Undefined array key \"request\"", "user/job_file.php", 299));
+                for (call, arg, file, line) in [
+                    ("simplexml_load_string", "data", "inc/util_basic.inc", 325),
+                    ("htmlspecialchars", "string", "user/job_file.php", PARSE_ERROR_LINE),
+                ] {
+                    let msg = format!("{call}(): Passing null to parameter #1 (${arg}) of type string is deprecated");
+                    out.push(&php_notice(&root, "Deprecated", &msg, file, line));
+                }
+            }
+            Err(Fail::XmlAt(format!("can't parse request message: {raw}"), format!("{root}/html/user/job_file.php"), PARSE_ERROR_LINE))
         }
         Ok(r) if ctx.web_stopped() && (r.name == "query_files" || r.name == "upload_files") => {
             out.start(if r.name == "query_files" { "query_files" } else { "upload_files" });
@@ -88,6 +106,14 @@ fn query_files(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f6
     Ok(())
 }
 
+/// The script's clean-up before an error: PHP kept no temp file for a part
+/// over upload_max_filesize, so unlinking it warns (as captured).
+fn delete_uploaded_files(ctx: &Ctx, parts: &[FilePart], out: &mut XmlOut) {
+    for _ in parts.iter().filter(|p| p.too_big) {
+        out.push(&php_notice(&ctx.php_root(), "Warning", "unlink(): No such file or directory", "user/job_file.php", 177));
+    }
+}
+
 fn upload_files(ctx: &Ctx, c: &Connection, r: &Element, parts: &[FilePart], out: &mut XmlOut, now: f64) -> Step {
     out.start("upload_files");
     authenticate(c, r, Access::Files)?;
@@ -95,10 +121,19 @@ fn upload_files(ctx: &Ctx, c: &Connection, r: &Element, parts: &[FilePart], out:
     let batch_id = r.int("batch_id");
     let names: Vec<&str> = r.all("phys_name").map(|e| e.text.as_str()).collect();
     if parts.len() != names.len() {
+        delete_uploaded_files(ctx, parts, out);
         return Err(xml_fail(format!("# of uploaded files ({}) doesn't agree with request ({})", parts.len(), names.len())));
     }
     if names.iter().any(|n| !valid_filename(n)) {
         return Err(xml_fail("bad filename"));
+    }
+    // Every part is checked before any is stored.
+    if let Some(part) = parts.iter().find(|p| p.too_big) {
+        delete_uploaded_files(ctx, parts, out);
+        return Err(xml_fail(format!(
+            "{} upload failed because: The uploaded file exceeds upload_max_filesize of php.ini.",
+            part.filename
+        )));
     }
     for (part, name) in parts.iter().zip(&names) {
         tracing::debug!(file = %name, client_name = %part.filename, bytes = part.data.len(), "upload");

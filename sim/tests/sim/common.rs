@@ -63,7 +63,13 @@ impl TestSim {
 
     /// POSTs `request` as the C client does (multipart) with file parts.
     pub async fn post_files(&self, script: &str, request: &str, files: &[(&str, &[u8])]) -> (u16, String) {
-        let (ctype, body) = multipart(request, files);
+        let named: Vec<(&str, &str, &[u8])> = files.iter().map(|(field, data)| (*field, "in.txt", *data)).collect();
+        self.post_named_files(script, request, &named).await
+    }
+
+    /// [`TestSim::post_files`] with each part's file name: (field, file name, data).
+    pub async fn post_named_files(&self, script: &str, request: &str, files: &[(&str, &str, &[u8])]) -> (u16, String) {
+        let (ctype, body) = multipart_named(request, files);
         let mut resp = self
             .client
             .post(format!("{}{script}", self.url))
@@ -240,12 +246,18 @@ pub fn phys_name(data: &[u8]) -> String {
 
 /// A multipart/form-data body: field `request`, then the file parts.
 pub fn multipart(request: &str, files: &[(&str, &[u8])]) -> (String, Vec<u8>) {
+    let named: Vec<(&str, &str, &[u8])> = files.iter().map(|(field, data)| (*field, "in.txt", *data)).collect();
+    multipart_named(request, &named)
+}
+
+/// [`multipart`] with each part's file name: (field, file name, data).
+pub fn multipart_named(request: &str, files: &[(&str, &str, &[u8])]) -> (String, Vec<u8>) {
     let b = "------------------------d74496d66958873e";
     let mut body = Vec::new();
     body.extend_from_slice(format!("--{b}\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n{request}\r\n").as_bytes());
-    for (field, data) in files {
+    for (field, filename, data) in files {
         body.extend_from_slice(
-            format!("--{b}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"in.txt\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes(),
+            format!("--{b}\r\nContent-Disposition: form-data; name=\"{field}\"; filename=\"{filename}\"\r\nContent-Type: application/octet-stream\r\n\r\n").as_bytes(),
         );
         body.extend_from_slice(data);
         body.extend_from_slice(b"\r\n");

@@ -48,6 +48,8 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         t_files::query_and_upload,
         t_files::duplicate_association_is_fatal,
         t_files::upload_limit_of_20_files,
+        t_files::upload_max_filesize_refuses_a_file_as_captured,
+        t_files::post_max_size_drops_the_body_as_captured,
         t_jobs::uppercase_batch_done_and_downloadable,
         t_jobs::completed_job_without_canonical_modes,
         t_jobs::replication_picks_canonical,

@@ -1,5 +1,5 @@
 //! job_file.php: query_files, upload_files, associations and their fatal
-//! duplicates, the 20-files-per-call limit.
+//! duplicates, PHP's limits (20 files per call, 2M per file, 8M per body).
 
 use crate::common::*;
 
@@ -129,6 +129,136 @@ pub async fn upload_limit_of_20_files() {
     u.push_str("</upload_files>\n");
     let files: Vec<(&str, &[u8])> = (0..21).map(|i| (fields[i].as_str(), datas[i].as_slice())).collect();
     let (_, body) = sim.post_files("job_file.php", &u, &files).await;
+    assert!(body.contains("<success/>"), "{body}");
+    sim.stop().await;
+
+    // The recorded call of 21, byte for byte.
+    let sim = TestSim::start(|o| {
+        o.config = capture_config();
+        o.config.hosts.clear();
+    })
+    .await;
+    let sim = TestSim { auth: CAP_AUTH.into(), ..sim };
+    let contents: Vec<Vec<u8>> = (0..21).map(|i| captured_content("many", i, 20)).collect();
+    let parts: Vec<(&str, &[u8])> = (0..21).map(|i| (fields[i].as_str(), contents[i].as_slice())).collect();
+    let cap = "upload_files_max_file_uploads.txt";
+    let (_, body) = sim.post_files("job_file.php", &capture_request(cap), &parts).await;
+    assert_eq!(body, capture_body(cap));
+    sim.stop().await;
+}
+
+/// The content the capture script gave file `i` of a set (`tag`).
+fn captured_content(tag: &str, i: usize, size: usize) -> Vec<u8> {
+    format!("input {i} of {tag}\n").into_bytes().into_iter().cycle().take(size).collect()
+}
+
+pub async fn upload_max_filesize_refuses_a_file_as_captured() {
+    let sim = TestSim::start(|o| {
+        o.config = capture_config();
+        o.config.hosts.clear();
+    })
+    .await;
+    let sim = TestSim { auth: CAP_AUTH.into(), ..sim };
+    // 3 MiB: refused before anything is stored, the part's name in the message.
+    let cap = "upload_files_upload_max_filesize.txt";
+    let big = captured_content("big", 0, 3 << 20);
+    let (status, body) = sim.post_named_files("job_file.php", &capture_request(cap), &[("file_0", "big.txt", &big)]).await;
+    assert_eq!(status, 200);
+    assert_eq!(body, capture_body(cap));
+    assert!(sim.state().await["files"].as_array().unwrap().is_empty());
+    // With a small file before it: still nothing stored (parts are checked first).
+    let small = b"small\n".to_vec();
+    let req = format!(
+        "<upload_files>\n<authenticator>{CAP_AUTH}</authenticator>\n<phys_name>{}</phys_name>\n<phys_name>{}</phys_name>\n</upload_files>\n",
+        phys_name(&small),
+        phys_name(&big)
+    );
+    let (_, body) = sim.post_named_files("job_file.php", &req, &[("file_0", "a.txt", &small), ("file_1", "big.txt", &big)]).await;
+    assert!(body.contains("<error_msg>big.txt upload failed because: The uploaded file exceeds upload_max_filesize"), "{body}");
+    assert!(sim.state().await["files"].as_array().unwrap().is_empty());
+    // Exactly 2 MiB is taken (PHP refuses only what is larger).
+    let edge = captured_content("edge", 0, 2 << 20);
+    let req = format!(
+        "<upload_files>\n<authenticator>{CAP_AUTH}</authenticator>\n<phys_name>{}</phys_name>\n</upload_files>\n",
+        phys_name(&edge)
+    );
+    let (_, body) = sim.post_files("job_file.php", &req, &[("file_0", &edge)]).await;
+    assert!(body.contains("<success/>"), "{body}");
+    sim.stop().await;
+
+    // Configured without the limit: the 3 MiB file goes in.
+    let sim = TestSim::start(|o| {
+        o.config = capture_config();
+        o.config.hosts.clear();
+        o.config.quirks.upload_max_filesize = 0;
+    })
+    .await;
+    let sim = TestSim { auth: CAP_AUTH.into(), ..sim };
+    let (_, body) = sim.post_named_files("job_file.php", &capture_request(cap), &[("file_0", "big.txt", &big)]).await;
+    assert!(body.contains("<success/>"), "{body}");
+    sim.stop().await;
+}
+
+pub async fn post_max_size_drops_the_body_as_captured() {
+    let sim = TestSim::start(|o| {
+        o.config = capture_config();
+        o.config.hosts.clear();
+    })
+    .await;
+    let sim = TestSim { auth: CAP_AUTH.into(), ..sim };
+    // Five files of 1.9 MiB: each under upload_max_filesize, 9.5 MiB in all.
+    let cap = "upload_files_post_max_size.txt";
+    let contents: Vec<Vec<u8>> = (0..5).map(|i| captured_content("nearly2", i, 19 * (1 << 20) / 10)).collect();
+    let fields: Vec<String> = (0..5).map(|i| format!("file_{i}")).collect();
+    let names: Vec<String> = (0..5).map(|i| format!("in_{i}.txt")).collect();
+    let parts: Vec<(&str, &str, &[u8])> = (0..5).map(|i| (fields[i].as_str(), names[i].as_str(), contents[i].as_slice())).collect();
+    let (status, body) = sim.post_named_files("job_file.php", &capture_request(cap), &parts).await;
+    assert_eq!(status, 200);
+    assert_eq!(body, capture_body(cap));
+    assert!(sim.state().await["files"].as_array().unwrap().is_empty());
+    assert_eq!(sim.state().await["rpc_counts"]["job_file.php:unparsable"], 1, "the script saw no request");
+
+    // The limit is on the whole body: post_max_size bytes pass, one more not.
+    let files: Vec<Vec<u8>> = (0..5).map(|i| format!("edge file {i}\n").into_bytes()).collect();
+    let mut req = format!("<upload_files>\n<authenticator>{CAP_AUTH}</authenticator>\n");
+    for f in &files {
+        req.push_str(&format!("<phys_name>{}</phys_name>\n", phys_name(f)));
+    }
+    req.push_str("</upload_files>\n");
+    let body_of = |pad: usize| {
+        let mut fs = files.clone();
+        for f in fs.iter_mut() {
+            f.resize(f.len() + pad / 5, b'.');
+        }
+        let last = fs[4].len() + pad % 5;
+        fs[4].resize(last, b'.');
+        fs
+    };
+    let small: Vec<(&str, &[u8])> = files.iter().enumerate().map(|(i, f)| (fields[i].as_str(), f.as_slice())).collect();
+    let overhead = multipart(&req, &small).1.len();
+    for (extra, accepted) in [(0, true), (1, false)] {
+        let padded = body_of((8 << 20) + extra - overhead);
+        let mut req = format!("<upload_files>\n<authenticator>{CAP_AUTH}</authenticator>\n");
+        for f in &padded {
+            req.push_str(&format!("<phys_name>{}</phys_name>\n", phys_name(f)));
+        }
+        req.push_str("</upload_files>\n");
+        let parts: Vec<(&str, &[u8])> = padded.iter().enumerate().map(|(i, f)| (fields[i].as_str(), f.as_slice())).collect();
+        assert_eq!(multipart(&req, &parts).1.len(), (8 << 20) + extra);
+        let (_, body) = sim.post_files("job_file.php", &req, &parts).await;
+        assert_eq!(body.contains("<success/>"), accepted, "{} bytes: {body}", (8 << 20) + extra);
+    }
+    sim.stop().await;
+
+    // Configured with a larger post_max_size, the five go in one call.
+    let sim = TestSim::start(|o| {
+        o.config = capture_config();
+        o.config.hosts.clear();
+        o.config.quirks.post_max_size = 16 << 20;
+    })
+    .await;
+    let sim = TestSim { auth: CAP_AUTH.into(), ..sim };
+    let (_, body) = sim.post_named_files("job_file.php", &capture_request(cap), &parts).await;
     assert!(body.contains("<success/>"), "{body}");
     sim.stop().await;
 }
