@@ -256,6 +256,9 @@ pub async fn start(opts: SimOptions) -> std::io::Result<SimHandle> {
         App::new().app_data(data.clone()).configure(move |c| http::routes(c, &project))
     })
     .workers(2)
+    // A client that closes its end is gone: a reply still held open by a
+    // `stall_body` fault is dropped, not kept until the stall ends.
+    .h1_allow_half_closed(false)
     .disable_signals()
     .shutdown_timeout(1)
     .listen(listener)?
