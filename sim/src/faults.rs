@@ -45,6 +45,56 @@ pub const DEFAULT_DRIP_MS: u64 = 1_000;
 /// when the client never goes away (one hour): the connection is freed
 /// as soon as the client disconnects.
 pub const MAX_HOLD: Duration = Duration::from_millis(MAX_DURATION_MS);
+/// How often a stalled reply looks whether its client is still there.
+const PEER_POLL: Duration = Duration::from_millis(100);
+
+/// The client's end of a connection, as a held reply watches it: a
+/// duplicate of the connection's socket, taken when it was accepted. A
+/// stalled reply writes nothing, so only this tells it that its client
+/// has gone (the server itself keeps a half-closed connection open while
+/// a reply is under way, so that a request still runs to its end after
+/// its client left, as a PHP script does).
+#[derive(Clone, Debug)]
+pub struct Peer(Arc<std::net::TcpStream>);
+
+impl Peer {
+    /// For `HttpServer::on_connect`: lets the held replies of this
+    /// connection see their client leave (plain TCP only; over TLS a
+    /// stalled reply holds on until [`MAX_HOLD`]).
+    pub fn on_connect(conn: &dyn std::any::Any, ext: &mut actix_web::dev::Extensions) {
+        use std::os::fd::AsFd;
+        let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() else { return };
+        match tcp.as_fd().try_clone_to_owned() {
+            Ok(fd) => {
+                let dup = std::net::TcpStream::from(fd);
+                // Shares the socket's (already non-blocking) file status.
+                if dup.set_nonblocking(true).is_ok() {
+                    ext.insert(Peer(Arc::new(dup)));
+                }
+            }
+            Err(e) => tracing::warn!("no watch on a client connection: {e}"),
+        }
+    }
+
+    /// The watch of the connection `req` came on, if any.
+    pub fn of(req: &actix_web::HttpRequest) -> Option<Peer> {
+        req.conn_data::<Peer>().cloned()
+    }
+
+    /// Returns once the client has closed or reset its end.
+    async fn gone(&self) {
+        let mut probe = [0u8; 1];
+        loop {
+            actix_rt::time::sleep(PEER_POLL).await;
+            match self.0.peek(&mut probe) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
 
 /// Tolerance when checking that exclusive probabilities sum to at most 1.
 const SUM_EPSILON: f64 = 1e-9;
@@ -414,6 +464,7 @@ impl Faults {
             drip: rule.drip_duration(),
             cut: u_cut,
             held: Some(self.held.clone()),
+            peer: None,
         };
         if let Some(s) = scripted {
             fault.kind = Some(s.kind);
@@ -472,6 +523,8 @@ pub struct Fault {
     cut: u64,
     /// The injector's count of held connections.
     held: Option<Arc<AtomicU64>>,
+    /// The client, for a stalled reply to see it leave.
+    peer: Option<Peer>,
 }
 
 const HTML_500: &str = "<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n\
@@ -535,6 +588,13 @@ impl Fault {
     /// No fault.
     pub fn none() -> Self {
         Fault::default()
+    }
+
+    /// Watches `peer` (see [`Peer::of`]) while a `StallBody` holds its
+    /// connection: the reply is dropped as soon as the client leaves.
+    pub fn watching(mut self, peer: Option<Peer>) -> Self {
+        self.peer = peer;
+        self
     }
 
     /// How long a `Hang` lasts before the connection dies.
@@ -624,13 +684,23 @@ impl Fault {
 
     fn stalled(&self, status: StatusCode, content_type: &str, body: Bytes, extra_headers: &[(&str, String)]) -> HttpResponse {
         use futures_util::StreamExt;
-        let held = self.hold();
+        let (held, peer) = (self.hold(), self.peer.clone());
         let cut = if body.is_empty() { 0 } else { (self.cut % body.len() as u64) as usize };
         let first = futures_util::stream::once(std::future::ready(Ok::<Bytes, std::io::Error>(body.slice(..cut))));
         let stall = futures_util::stream::once(async move {
             let _held = held;
-            actix_rt::time::sleep(MAX_HOLD).await;
-            Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "injected fault: stalled body given up"))
+            let gone = async {
+                match &peer {
+                    Some(p) => p.gone().await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Either way the connection dies here, and `held` with it.
+            let why = match tokio::time::timeout(MAX_HOLD, gone).await {
+                Ok(()) => "injected fault: the client of a stalled body left",
+                Err(_) => "injected fault: stalled body given up",
+            };
+            Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why))
         });
         let stream = first.chain(stall);
         let r = build(status, content_type, Bytes::new(), extra_headers);

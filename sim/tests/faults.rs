@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
-use boinc_sim::faults::{Fault, FaultKind, FaultPlan, FaultPlanError, FaultRule, Faults, ScriptedFault};
+use boinc_sim::faults::{Fault, FaultKind, FaultPlan, FaultPlanError, FaultRule, Faults, Peer, ScriptedFault};
 use bytes::Bytes;
 
 const BODY: &str = "<?xml version=\"1.0\" encoding=\"ISO-8859-1\" ?>\n<create_batch>\n<batch_id>42</batch_id>\n</create_batch>\n";
@@ -27,7 +27,7 @@ struct State {
 
 async fn handler(req: HttpRequest, st: web::Data<State>) -> HttpResponse {
     let rpc = req.match_info().get("rpc").unwrap_or("").to_string();
-    let fault = st.faults.draw(&format!("t.php:{rpc}"));
+    let fault = st.faults.draw(&format!("t.php:{rpc}")).watching(Peer::of(&req));
     if let Some(resp) = fault.before().await {
         return resp;
     }
@@ -46,8 +46,8 @@ async fn start(plan: FaultPlan) -> (Server, Faults) {
     let state = web::Data::new(State { faults: faults.clone(), acted: acted.clone() });
     let srv = HttpServer::new(move || App::new().app_data(state.clone()).route("/t.php/{rpc}", web::to(handler)))
         .workers(1)
-        // As the simulated project: a client that closes is gone.
-        .h1_allow_half_closed(false)
+        // As the simulated project: a held reply watches its client.
+        .on_connect(Peer::on_connect)
         .disable_signals()
         .bind(("127.0.0.1", 0))
         .expect("bind");
