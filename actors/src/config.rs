@@ -33,7 +33,9 @@ pub struct DaemonConfig {
     /// "down" in seconds, not after the retries of a command.
     #[serde(rename = "ping_timeout_secs", with = "secs")]
     pub ping_timeout: Duration,
-    /// A download fails when no byte arrives for this long.
+    /// A download attempt fails when fewer than 512 bytes arrive in this
+    /// long (a stalled or dripping body); it may last until the download's
+    /// deadline while the body keeps flowing.
     #[serde(rename = "download_stall_secs", with = "secs")]
     pub download_stall_timeout: Duration,
     /// First retry delay; doubled per attempt up to `retry_max`, each delay

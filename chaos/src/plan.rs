@@ -33,6 +33,12 @@ pub enum Fault {
     /// Forward, then HTTP 200 with what PHP had printed and a fatal error
     /// page, as a real server's uncaught database exception looks.
     PhpFatal,
+    /// Forward, then the headers (the full `Content-Length`) and part of
+    /// the body, then nothing until the daemon gives up and closes.
+    StallBody { keep_permille: u32 },
+    /// Forward, then the headers and the body one byte per `pause_ms`:
+    /// slower than any whole-reply deadline of the daemon allows.
+    DripBody { pause_ms: u64 },
 }
 
 impl Fault {
@@ -51,6 +57,8 @@ impl Fault {
             Fault::Delay { .. } => "delay",
             Fault::Hang { .. } => "hang",
             Fault::PhpFatal => "php_fatal",
+            Fault::StallBody { .. } => "stall_body",
+            Fault::DripBody { .. } => "drip_body",
         }
     }
 
@@ -81,6 +89,8 @@ struct Mix {
     delay: f64,
     hang: f64,
     php_fatal: f64,
+    stall_body: f64,
+    drip_body: f64,
 }
 
 impl Profile {
@@ -96,22 +106,28 @@ impl Profile {
                 delay: 0.02,
                 hang: 0.0,
                 php_fatal: 0.01,
+                stall_body: 0.0,
+                drip_body: 0.0,
             },
             // About 35% of calls faulted, 10% lost replies.
             Profile::Default => Mix {
                 http500: 0.04,
                 http503: 0.04,
-                reset: 0.04,
+                reset: 0.035,
                 lose_reply: 0.10,
                 torn: 0.04,
                 trickle: 0.02,
                 delay: 0.03,
                 hang: 0.01,
                 php_fatal: 0.03,
+                // Each costs the daemon a whole RPC timeout: rare enough
+                // that the short CI sweep keeps its duration.
+                stall_body: 0.0025,
+                drip_body: 0.0025,
             },
             Profile::Brutal => Mix {
-                http500: 0.07,
-                http503: 0.07,
+                http500: 0.06,
+                http503: 0.06,
                 reset: 0.07,
                 lose_reply: 0.20,
                 torn: 0.07,
@@ -119,6 +135,8 @@ impl Profile {
                 delay: 0.03,
                 hang: 0.02,
                 php_fatal: 0.04,
+                stall_body: 0.01,
+                drip_body: 0.01,
             },
         }
     }
@@ -142,6 +160,11 @@ pub fn fnv(bytes: &[u8]) -> u64 {
 /// daemon's `create_settle_secs` must be longer (see run.rs).
 pub const MAX_DELAY_MS: u64 = 1600;
 
+/// The shortest pause of a `DripBody` between two bytes: a reply of 40
+/// bytes or more outlasts the daemon's 4 s RPC timeout, and a download
+/// drips far below its stall rate.
+pub const DRIP_MIN_MS: u64 = 100;
+
 /// The plan of one run.
 #[derive(Debug, Clone, Copy)]
 pub struct Plan {
@@ -159,7 +182,7 @@ impl Plan {
         // Always three draws, whatever the outcome.
         let (pick, a, b): (f64, u64, u64) = (rng.gen(), rng.gen(), rng.gen());
         let hang_ms = self.rpc_timeout.as_millis() as u64 + 500 + a % 1000;
-        let table: [(f64, Fault); 9] = [
+        let table: [(f64, Fault); 11] = [
             (m.http500, Fault::Status { code: 500, retry_after: (a % 2 == 0).then_some(1 + (b % 2) as u32) }),
             (m.http503, Fault::Status { code: 503, retry_after: (a % 2 == 0).then_some(1 + (b % 2) as u32) }),
             (m.reset, Fault::Reset),
@@ -169,6 +192,8 @@ impl Plan {
             (m.delay, Fault::Delay { ms: 100 + a % (MAX_DELAY_MS - 100) }),
             (m.hang, Fault::Hang { ms: hang_ms }),
             (m.php_fatal, Fault::PhpFatal),
+            (m.stall_body, Fault::StallBody { keep_permille: (a % 1000) as u32 }),
+            (m.drip_body, Fault::DripBody { pause_ms: DRIP_MIN_MS + b % DRIP_MIN_MS }),
         ];
         let mut acc = 0.0;
         for (p, fault) in table {
@@ -208,7 +233,8 @@ mod tests {
         let lost = decisions.iter().filter(|f| **f == Fault::LoseReply).count() as f64 / n as f64;
         assert!((0.32..0.38).contains(&faulted), "{faulted}");
         assert!((0.08..0.12).contains(&lost), "{lost}");
-        for kind in ["http500", "http503_retry_after", "reset", "torn", "trickle", "delay", "hang", "php_fatal"] {
+        for kind in ["http500", "http503_retry_after", "reset", "torn", "trickle", "delay", "hang", "php_fatal", "stall_body", "drip_body"]
+        {
             assert!(decisions.iter().any(|f| f.label() == kind), "{kind} drawn");
         }
     }

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::http1::{read_message, send, Message, Upstream};
@@ -37,6 +38,10 @@ pub struct Decision {
     pub at_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// How long a stalled or dripping reply held the daemon's connection:
+    /// the daemon's whole-reply deadline at work.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_ms: Option<u64>,
 }
 
 struct Shared {
@@ -92,6 +97,21 @@ impl Drop for Proxy {
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_millis(100));
         }
+    }
+}
+
+/// The longest a stalled or dripping reply holds the daemon's connection
+/// when the daemon never gives up (it must: that is the test).
+const MAX_HOLD: Duration = Duration::from_secs(600);
+
+/// Waits until the peer closes its end (or sends anything, or `MAX_HOLD`
+/// passes): a stalled reply holds the connection no longer than the
+/// daemon does.
+async fn until_peer_leaves(conn: &mut TcpStream) -> Option<String> {
+    let mut buf = [0u8; 512];
+    match tokio::time::timeout(MAX_HOLD, conn.read(&mut buf)).await {
+        Err(_) => Some(format!("the daemon held a stalled reply for {} s", MAX_HOLD.as_secs())),
+        Ok(_) => None,
     }
 }
 
@@ -179,10 +199,12 @@ async fn serve(shared: Arc<Shared>, mut conn: TcpStream) {
     let fault = shared.plan.decide(&endpoint, n);
     let at_ms = shared.started.elapsed().as_millis() as u64;
     let (upstream_status, note) = act(&shared, &mut conn, &method, &rel, &req, &fault).await;
+    let held_ms = matches!(fault, Fault::StallBody { .. } | Fault::DripBody { .. })
+        .then(|| (shared.started.elapsed().as_millis() as u64).saturating_sub(at_ms));
     let mut log = shared.log.lock().unwrap_or_else(|e| e.into_inner());
     let seq = log.len() as u64 + 1;
     let forwarded = fault.forwards() && upstream_status.is_some();
-    log.push(Decision { seq, lane, endpoint, n, fault, forwarded, upstream_status, at_ms, note });
+    log.push(Decision { seq, lane, endpoint, n, fault, forwarded, upstream_status, at_ms, note, held_ms });
 }
 
 /// Carries out one decision; returns the server's status and a note.
@@ -237,6 +259,28 @@ async fn act(
                 tokio::time::sleep(Duration::from_millis(*pause_ms)).await;
             }
         }
+        Fault::StallBody { keep_permille } => {
+            let keep =
+                if reply.body.is_empty() { 0 } else { (reply.body.len() * *keep_permille as usize / 1000).min(reply.body.len() - 1) };
+            // An empty body is announced one byte long, so that it stalls too.
+            let mut out = reply.head_bytes(reply.body.len().max(1));
+            out.extend_from_slice(&reply.body[..keep]);
+            if send(conn, &out).await.is_ok() {
+                return (status, until_peer_leaves(conn).await);
+            }
+        }
+        Fault::DripBody { pause_ms } => {
+            let started = std::time::Instant::now();
+            if send(conn, &reply.head_bytes(reply.body.len())).await.is_ok() {
+                for byte in reply.body.chunks(1) {
+                    tokio::time::sleep(Duration::from_millis(*pause_ms)).await;
+                    // A write fails once the daemon has closed its end.
+                    if started.elapsed() > MAX_HOLD || send(conn, byte).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
         Fault::PhpFatal => {
             let body = php_fatal_body(&reply.body);
             let ct = reply.header("content-type").unwrap_or("text/html; charset=UTF-8");
@@ -265,6 +309,19 @@ mod tests {
         assert_eq!(endpoint_of("get_output.php?cmd=workunit_file&auth_str=k&wu_name=j", b""), "get_output.php:workunit_file");
         let xml = b"--x\r\nContent-Disposition: form-data; name=\"request\"\r\n\r\n<?xml version=\"1.0\"?>\n<query_files>";
         assert_eq!(endpoint_of("job_file.php", xml), "job_file.php:query_files");
+    }
+
+    #[tokio::test]
+    async fn a_stalled_reply_holds_its_connection_until_the_daemon_leaves() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let held = tokio::spawn(async move { until_peer_leaves(&mut conn).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!held.is_finished(), "held while the daemon waits");
+        drop(client);
+        let note = tokio::time::timeout(Duration::from_secs(5), held).await.expect("freed once the daemon left").unwrap();
+        assert_eq!(note, None);
     }
 
     #[test]

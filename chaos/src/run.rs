@@ -107,6 +107,14 @@ struct Run<'a> {
     pool: String,
 }
 
+/// The daemon's `download_stall_secs` in a run: short, so that a dripping
+/// download costs seconds, not the default minute.
+const DOWNLOAD_STALL_SECS: u64 = 2;
+
+/// Beyond its deadline, how long a stalled reply may still hold the daemon
+/// before that is a violation (scheduling on a busy machine).
+const HOLD_SLACK: Duration = Duration::from_secs(5);
+
 /// The lane after the proxy's two: both of them as one pool.
 const POOL_LANE: usize = LANES.len();
 
@@ -126,11 +134,14 @@ pub fn run(spec: &RunSpec) -> Result<RunReport, String> {
     std::fs::write(
         &config,
         format!(
-            "initial_expire_secs = {}\ncreate_settle_secs = {}\nsequence_poll_ms = 500\n[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 0.5\n",
+            "initial_expire_secs = {}\ncreate_settle_secs = {}\nsequence_poll_ms = 500\ndownload_stall_secs = {}\n[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 0.5\n",
             (3600.0 * spec.time_scale).ceil(),
             // A request the proxy delays reaches the server this much later
             // at most, even after the daemon that sent it was killed.
             (MAX_DELAY_MS + 1000) as f64 / 1000.0,
+            // A dripping or stalled download fails this soon (the proxy's
+            // trickle stays well above the daemon's minimum rate).
+            DOWNLOAD_STALL_SECS,
             proxy.lane_url(LANES[1]),
             spec.auth_file.display()
         ),
@@ -179,6 +190,20 @@ pub fn run(spec: &RunSpec) -> Result<RunReport, String> {
     report.rpcs = decisions.len();
     for d in &decisions {
         *report.faults.entry(d.fault.label().to_string()).or_default() += 1;
+    }
+    // Every HTTP call ends by its deadline: a stalled or dripping reply
+    // holds the daemon for its RPC timeout (a download: its stall window),
+    // give or take a loaded machine's slack.
+    let bound_ms = (rpc_timeout.max(Duration::from_secs(DOWNLOAD_STALL_SECS)) + HOLD_SLACK).as_millis() as u64;
+    for d in &decisions {
+        if let Some(ms) = d.held_ms.filter(|ms| *ms > bound_ms) {
+            report.violations.push(format!(
+                "a {} reply of {} (call {}) held the daemon {ms} ms, past its deadline",
+                d.fault.label(),
+                d.endpoint,
+                d.n
+            ));
+        }
     }
     let text: String = decisions.iter().filter_map(|d| serde_json::to_string(d).ok()).map(|l| l + "\n").collect();
     std::fs::write(spec.dir.join("decisions.jsonl"), &text).map_err(io_err)?;

@@ -22,6 +22,7 @@
 //! semantics of each kind are documented in `docs/sim-faults.md`.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -36,17 +37,73 @@ use rand::{Rng, SeedableRng};
 pub const DEFAULT_HANG_MS: u64 = 60_000;
 /// Default delay, when `delay` is drawn and `delay_ms` is 0.
 pub const DEFAULT_DELAY_MS: u64 = 1_000;
-/// Upper bound accepted for `delay_ms` and `hang_ms` (one hour).
+/// Upper bound accepted for `delay_ms`, `hang_ms` and `drip_ms` (one hour).
 pub const MAX_DURATION_MS: u64 = 3_600_000;
+/// Default pause between the bytes of a `drip_body`, when `drip_ms` is 0.
+pub const DEFAULT_DRIP_MS: u64 = 1_000;
+/// How long a `stall_body` or `drip_body` holds its connection at most
+/// when the client never goes away (one hour): the connection is freed
+/// as soon as the client disconnects.
+pub const MAX_HOLD: Duration = Duration::from_millis(MAX_DURATION_MS);
+/// How often a stalled reply looks whether its client is still there.
+const PEER_POLL: Duration = Duration::from_millis(100);
+
+/// The client's end of a connection, as a held reply watches it: a
+/// duplicate of the connection's socket, taken when it was accepted. A
+/// stalled reply writes nothing, so only this tells it that its client
+/// has gone (the server itself keeps a half-closed connection open while
+/// a reply is under way, so that a request still runs to its end after
+/// its client left, as a PHP script does).
+#[derive(Clone, Debug)]
+pub struct Peer(Arc<std::net::TcpStream>);
+
+impl Peer {
+    /// For `HttpServer::on_connect`: lets the held replies of this
+    /// connection see their client leave (plain TCP only; over TLS a
+    /// stalled reply holds on until [`MAX_HOLD`]).
+    pub fn on_connect(conn: &dyn std::any::Any, ext: &mut actix_web::dev::Extensions) {
+        use std::os::fd::AsFd;
+        let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() else { return };
+        match tcp.as_fd().try_clone_to_owned() {
+            Ok(fd) => {
+                let dup = std::net::TcpStream::from(fd);
+                // Shares the socket's (already non-blocking) file status.
+                if dup.set_nonblocking(true).is_ok() {
+                    ext.insert(Peer(Arc::new(dup)));
+                }
+            }
+            Err(e) => tracing::warn!("no watch on a client connection: {e}"),
+        }
+    }
+
+    /// The watch of the connection `req` came on, if any.
+    pub fn of(req: &actix_web::HttpRequest) -> Option<Peer> {
+        req.conn_data::<Peer>().cloned()
+    }
+
+    /// Returns once the client has closed or reset its end.
+    async fn gone(&self) {
+        let mut probe = [0u8; 1];
+        loop {
+            actix_rt::time::sleep(PEER_POLL).await;
+            match self.0.peek(&mut probe) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted) => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
 
 /// Tolerance when checking that exclusive probabilities sum to at most 1.
 const SUM_EPSILON: f64 = 1e-9;
 
 /// Probabilities (each in `[0, 1]`) of each fault kind at one endpoint.
 ///
-/// `http500`, `http503`, `reset`, `hang`, `truncate`, `malformed` and
-/// `lose_reply` are mutually exclusive: at most one of them happens per
-/// call, so their sum must be at most 1. `delay` is drawn independently and
+/// `http500`, `http503`, `reset`, `hang`, `truncate`, `malformed`,
+/// `lose_reply`, `stall_body` and `drip_body` are mutually exclusive: at
+/// most one of them happens per call, so their sum must be at most 1. `delay` is drawn independently and
 /// combines with any of them (or with none).
 #[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -64,10 +121,14 @@ pub struct FaultRule {
     pub truncate: f64,
     pub malformed: f64,
     pub lose_reply: f64,
+    pub stall_body: f64,
+    pub drip_body: f64,
+    /// Pause between the bytes of a `drip_body`; 0 means [`DEFAULT_DRIP_MS`].
+    pub drip_ms: u64,
 }
 
 impl FaultRule {
-    fn exclusive(&self) -> [(FaultKind, f64); 7] {
+    fn exclusive(&self) -> [(FaultKind, f64); 9] {
         [
             (FaultKind::Http500, self.http500),
             (FaultKind::Http503, self.http503),
@@ -76,7 +137,13 @@ impl FaultRule {
             (FaultKind::Truncate, self.truncate),
             (FaultKind::Malformed, self.malformed),
             (FaultKind::LoseReply, self.lose_reply),
+            (FaultKind::StallBody, self.stall_body),
+            (FaultKind::DripBody, self.drip_body),
         ]
+    }
+
+    fn drip_duration(&self) -> Duration {
+        Duration::from_millis(if self.drip_ms == 0 { DEFAULT_DRIP_MS } else { self.drip_ms })
     }
 
     fn hang_duration(&self) -> Duration {
@@ -97,6 +164,8 @@ impl FaultRule {
             ("truncate", self.truncate),
             ("malformed", self.malformed),
             ("lose_reply", self.lose_reply),
+            ("stall_body", self.stall_body),
+            ("drip_body", self.drip_body),
         ];
         for (field, value) in named {
             if !value.is_finite() || !(0.0..=1.0).contains(&value) {
@@ -107,7 +176,7 @@ impl FaultRule {
         if sum > 1.0 + SUM_EPSILON {
             return Err(FaultPlanError::SumExceedsOne { endpoint: endpoint.to_string(), sum });
         }
-        for (field, value) in [("delay_ms", self.delay_ms), ("hang_ms", self.hang_ms)] {
+        for (field, value) in [("delay_ms", self.delay_ms), ("hang_ms", self.hang_ms), ("drip_ms", self.drip_ms)] {
             if value > MAX_DURATION_MS {
                 return Err(FaultPlanError::Duration { endpoint: endpoint.to_string(), field, value });
             }
@@ -129,6 +198,11 @@ pub struct ScriptedFault {
     /// matching rule's `hang_ms`, else [`DEFAULT_HANG_MS`].
     #[serde(default)]
     pub hang_ms: u64,
+    /// Only for `kind = "drip_body"`: the pause between bytes; 0 (the
+    /// default) means the matching rule's `drip_ms`, else
+    /// [`DEFAULT_DRIP_MS`].
+    #[serde(default)]
+    pub drip_ms: u64,
 }
 
 /// The fault plan: a seed, per-endpoint rules and a script of one-shot
@@ -153,7 +227,7 @@ pub enum FaultPlanError {
     Probability { endpoint: String, field: &'static str, value: f64 },
     #[error(
         "fault rule {endpoint:?}: the exclusive kinds (http500, http503, reset, hang, \
-         truncate, malformed, lose_reply) sum to {sum}, more than 1"
+         truncate, malformed, lose_reply, stall_body, drip_body) sum to {sum}, more than 1"
     )]
     SumExceedsOne { endpoint: String, sum: f64 },
     #[error("fault rule {endpoint:?}: {field} = {value} is more than {MAX_DURATION_MS} ms")]
@@ -209,8 +283,10 @@ impl FaultPlan {
             if s.nth == 0 {
                 return Err(FaultPlanError::Nth { index, endpoint: s.endpoint.clone() });
             }
-            if s.hang_ms > MAX_DURATION_MS {
-                return Err(FaultPlanError::Duration { endpoint: s.endpoint.clone(), field: "hang_ms", value: s.hang_ms });
+            for (field, value) in [("hang_ms", s.hang_ms), ("drip_ms", s.drip_ms)] {
+                if value > MAX_DURATION_MS {
+                    return Err(FaultPlanError::Duration { endpoint: s.endpoint.clone(), field, value });
+                }
             }
         }
         Ok(())
@@ -242,6 +318,11 @@ pub enum FaultKind {
     Truncate,
     Malformed,
     LoseReply,
+    /// Acted on; the headers (full `Content-Length`) and part of the body,
+    /// then nothing, the connection held open until the client goes away.
+    StallBody,
+    /// Acted on; the headers, then the body one byte every `drip_ms`.
+    DripBody,
     /// HTTP 200 with the PHP fatal page of a lost database connection after
     /// what the script had printed (scripted only: `malformed` draws it at
     /// random among other garbage).
@@ -259,6 +340,8 @@ impl FaultKind {
             FaultKind::Truncate => "truncate",
             FaultKind::Malformed => "malformed",
             FaultKind::LoseReply => "lose_reply",
+            FaultKind::StallBody => "stall_body",
+            FaultKind::DripBody => "drip_body",
             FaultKind::PhpFatal => "php_fatal",
         }
     }
@@ -266,7 +349,15 @@ impl FaultKind {
     /// Whether the request is still acted on by the handler (the fault
     /// only spoils the reply).
     pub fn acts(self) -> bool {
-        matches!(self, FaultKind::Truncate | FaultKind::Malformed | FaultKind::LoseReply | FaultKind::PhpFatal)
+        matches!(
+            self,
+            FaultKind::Truncate
+                | FaultKind::Malformed
+                | FaultKind::LoseReply
+                | FaultKind::StallBody
+                | FaultKind::DripBody
+                | FaultKind::PhpFatal
+        )
     }
 }
 
@@ -294,6 +385,8 @@ impl Inner {
 #[derive(Clone)]
 pub struct Faults {
     inner: Arc<Mutex<Inner>>,
+    /// Connections a `stall_body` or `drip_body` holds open right now.
+    held: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for Faults {
@@ -313,7 +406,7 @@ impl Faults {
     /// [`FaultPlan::validate`] first if it comes from outside (the parse
     /// functions do).
     pub fn new(plan: FaultPlan) -> Self {
-        Faults { inner: Arc::new(Mutex::new(Inner::new(plan))) }
+        Faults { inner: Arc::new(Mutex::new(Inner::new(plan))), held: Arc::new(AtomicU64::new(0)) }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -364,11 +457,22 @@ impl Faults {
         let scripted =
             inner.plan.script.iter().find(|s| keys.contains(&s.endpoint.as_str()) && inner.calls.get(&s.endpoint).copied() == Some(s.nth));
 
-        let mut fault = Fault { kind: None, delay: None, hang: rule.hang_duration(), cut: u_cut };
+        let mut fault = Fault {
+            kind: None,
+            delay: None,
+            hang: rule.hang_duration(),
+            drip: rule.drip_duration(),
+            cut: u_cut,
+            held: Some(self.held.clone()),
+            peer: None,
+        };
         if let Some(s) = scripted {
             fault.kind = Some(s.kind);
             if s.hang_ms != 0 {
                 fault.hang = Duration::from_millis(s.hang_ms);
+            }
+            if s.drip_ms != 0 {
+                fault.drip = Duration::from_millis(s.drip_ms);
             }
         } else {
             let mut acc = 0.0;
@@ -395,6 +499,12 @@ impl Faults {
         fault
     }
 
+    /// Replies of `stall_body` or `drip_body` still holding their
+    /// connection: back to 0 once their clients have gone away.
+    pub fn held_bodies(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
+    }
+
     /// What has been injected since the plan was set: `"<endpoint> <kind>"`
     /// (kind as in the plan, plus `delay`) → count.
     pub fn injected(&self) -> BTreeMap<String, u64> {
@@ -409,7 +519,12 @@ pub struct Fault {
     pub kind: Option<FaultKind>,
     pub delay: Option<Duration>,
     hang: Duration,
+    drip: Duration,
     cut: u64,
+    /// The injector's count of held connections.
+    held: Option<Arc<AtomicU64>>,
+    /// The client, for a stalled reply to see it leave.
+    peer: Option<Peer>,
 }
 
 const HTML_500: &str = "<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n\
@@ -475,6 +590,13 @@ impl Fault {
         Fault::default()
     }
 
+    /// Watches `peer` (see [`Peer::of`]) while a `StallBody` holds its
+    /// connection: the reply is dropped as soon as the client leaves.
+    pub fn watching(mut self, peer: Option<Peer>) -> Self {
+        self.peer = peer;
+        self
+    }
+
     /// How long a `Hang` lasts before the connection dies.
     pub fn hang_duration(&self) -> Duration {
         self.hang
@@ -502,7 +624,12 @@ impl Fault {
                 tokio::time::sleep(self.hang).await;
                 Some(connection_dies())
             }
-            FaultKind::Truncate | FaultKind::Malformed | FaultKind::LoseReply | FaultKind::PhpFatal => None,
+            FaultKind::Truncate
+            | FaultKind::Malformed
+            | FaultKind::LoseReply
+            | FaultKind::StallBody
+            | FaultKind::DripBody
+            | FaultKind::PhpFatal => None,
         }
     }
 
@@ -516,7 +643,13 @@ impl Fault {
     /// * `Malformed`: HTTP 200 with garbage instead (seeded choice among a
     ///   PHP fatal error after the reply's first line, a proxy's HTML error
     ///   page, or binary bytes), without `extra_headers`;
-    /// * `LoseReply`: the connection dies with no response.
+    /// * `LoseReply`: the connection dies with no response;
+    /// * `StallBody`: the normal headers with the full `Content-Length`
+    ///   (none for an empty body: chunked), the body up to a seeded point
+    ///   strictly before its end, then nothing until the client goes away
+    ///   (or [`MAX_HOLD`]);
+    /// * `DripBody`: the normal headers, then the body one byte per
+    ///   `drip_ms` (an empty body comes at once).
     ///
     /// A `Content-Length` in `extra_headers` is ignored (actix computes it);
     /// an invalid header name or value is skipped with a warning.
@@ -535,8 +668,67 @@ impl Fault {
             }
             Some(FaultKind::Malformed) => self.malformed(content_type, &body),
             Some(FaultKind::PhpFatal) => fatal_page(content_type, &body),
+            Some(FaultKind::StallBody) => self.stalled(status, content_type, body, extra_headers),
+            Some(FaultKind::DripBody) => self.dripping(status, content_type, body, extra_headers),
             _ => build(status, content_type, body, extra_headers),
         }
+    }
+
+    /// A count of this reply in [`Faults::held_bodies`] until it is dropped:
+    /// actix drops a response's body when its client goes away.
+    fn hold(&self) -> Held {
+        let count = self.held.clone().unwrap_or_default();
+        count.fetch_add(1, Ordering::SeqCst);
+        Held(count)
+    }
+
+    fn stalled(&self, status: StatusCode, content_type: &str, body: Bytes, extra_headers: &[(&str, String)]) -> HttpResponse {
+        use futures_util::StreamExt;
+        let (held, peer) = (self.hold(), self.peer.clone());
+        let cut = if body.is_empty() { 0 } else { (self.cut % body.len() as u64) as usize };
+        let first = futures_util::stream::once(std::future::ready(Ok::<Bytes, std::io::Error>(body.slice(..cut))));
+        let stall = futures_util::stream::once(async move {
+            let _held = held;
+            let gone = async {
+                match &peer {
+                    Some(p) => p.gone().await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Either way the connection dies here, and `held` with it.
+            let why = match tokio::time::timeout(MAX_HOLD, gone).await {
+                Ok(()) => "injected fault: the client of a stalled body left",
+                Err(_) => "injected fault: stalled body given up",
+            };
+            Err(std::io::Error::new(std::io::ErrorKind::TimedOut, why))
+        });
+        let stream = first.chain(stall);
+        let r = build(status, content_type, Bytes::new(), extra_headers);
+        if body.is_empty() {
+            r.set_body(actix_web::body::BoxBody::new(actix_web::body::BodyStream::new(stream)))
+        } else {
+            r.set_body(actix_web::body::BoxBody::new(actix_web::body::SizedStream::new(body.len() as u64, stream)))
+        }
+    }
+
+    fn dripping(&self, status: StatusCode, content_type: &str, body: Bytes, extra_headers: &[(&str, String)]) -> HttpResponse {
+        let (held, pause, started) = (self.hold(), self.drip, std::time::Instant::now());
+        let full = body.len() as u64;
+        // One byte per pause; a write to a client that has gone fails and
+        // actix drops the stream, and with it `held`.
+        let stream = futures_util::stream::unfold((body, held), move |(rest, held)| async move {
+            if rest.is_empty() {
+                return None;
+            }
+            if started.elapsed() > MAX_HOLD {
+                let gone = std::io::Error::new(std::io::ErrorKind::TimedOut, "injected fault: dripping body given up");
+                return Some((Err(gone), (Bytes::new(), held)));
+            }
+            actix_rt::time::sleep(pause).await;
+            Some((Ok::<Bytes, std::io::Error>(rest.slice(..1)), (rest.slice(1..), held)))
+        });
+        let r = build(status, content_type, Bytes::new(), extra_headers);
+        r.set_body(actix_web::body::BoxBody::new(actix_web::body::SizedStream::new(full, stream)))
     }
 
     fn malformed(&self, content_type: &str, body: &Bytes) -> HttpResponse {
@@ -552,6 +744,15 @@ impl Fault {
                 build(StatusCode::OK, content_type, Bytes::from(out), &[])
             }
         }
+    }
+}
+
+/// Counted in [`Faults::held_bodies`] while alive.
+struct Held(Arc<AtomicU64>);
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

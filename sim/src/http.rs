@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use rusqlite::Connection;
 
 use crate::ctx::Ctx;
-use crate::faults::Fault;
+use crate::faults::{Fault, Peer};
 use crate::form::{FilePart, Form};
 use crate::replies::Reply;
 use crate::rpc;
@@ -137,12 +137,12 @@ async fn read_multipart(req: &HttpRequest, payload: web::Payload, ctx: &Ctx) -> 
 
 /// Counts the call, draws its fault, runs `work` on a blocking thread with
 /// the database, and lets the fault spoil the reply.
-async fn serve<F>(ctx: Arc<Ctx>, endpoint: String, work: F) -> HttpResponse
+async fn serve<F>(ctx: Arc<Ctx>, req: &HttpRequest, endpoint: String, work: F) -> HttpResponse
 where
     F: FnOnce(&Ctx, &Connection) -> Reply + Send + 'static,
 {
     ctx.count_call(&endpoint);
-    let fault = ctx.faults.draw(&endpoint);
+    let fault = ctx.faults.draw(&endpoint).watching(Peer::of(req));
     if let Some(resp) = fault.before().await {
         return resp;
     }
@@ -177,7 +177,7 @@ async fn submit_rpc_handler(req: HttpRequest, payload: web::Payload, ctx: web::D
         return HttpResponse::InternalServerError().finish();
     };
     let endpoint = rpc::endpoint("submit_rpc_handler.php", &parsed);
-    serve(ctx, endpoint, move |ctx, c| rpc::submit_rpc::handle(ctx, c, parsed)).await
+    serve(ctx, &req, endpoint, move |ctx, c| rpc::submit_rpc::handle(ctx, c, parsed)).await
 }
 
 async fn job_file(req: HttpRequest, payload: web::Payload, ctx: web::Data<Ctx>) -> HttpResponse {
@@ -192,12 +192,12 @@ async fn job_file(req: HttpRequest, payload: web::Payload, ctx: web::Data<Ctx>) 
         return HttpResponse::InternalServerError().finish();
     };
     let endpoint = rpc::endpoint("job_file.php", &parsed);
-    serve(ctx, endpoint, move |ctx, c| rpc::job_file::handle(ctx, c, parsed, &form)).await
+    serve(ctx, &req, endpoint, move |ctx, c| rpc::job_file::handle(ctx, c, parsed, &form)).await
 }
 
 async fn get_output(req: HttpRequest, ctx: web::Data<Ctx>) -> HttpResponse {
     let ctx = ctx.into_inner();
     let q = rpc::get_output::parse_query(req.query_string());
     let endpoint = format!("get_output.php:{}", rpc::get_output::command(&q));
-    serve(ctx, endpoint, move |ctx, c| rpc::get_output::handle(ctx, c, &q)).await
+    serve(ctx, &req, endpoint, move |ctx, c| rpc::get_output::handle(ctx, c, &q)).await
 }

@@ -61,11 +61,13 @@ async fn state(req: HttpRequest, ctx: web::Data<Ctx>) -> HttpResponse {
     let with_jobs = q.get("jobs").map(|v| v != "0" && v != "false").unwrap_or(true);
     let counts = ctx.counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let injected = ctx.faults.injected();
+    let held = ctx.faults.held_bodies();
     let res = with_db(ctx.clone(), move |ctx, c| build_state(ctx, c, only_batch, with_jobs)).await;
     match res {
         Ok(mut v) => {
             v["rpc_counts"] = json!(counts);
             v["faults_injected"] = json!(injected);
+            v["fault_bodies_held"] = json!(held);
             HttpResponse::Ok().json(v)
         }
         Err(r) => r,

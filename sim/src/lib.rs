@@ -256,6 +256,8 @@ pub async fn start(opts: SimOptions) -> std::io::Result<SimHandle> {
         App::new().app_data(data.clone()).configure(move |c| http::routes(c, &project))
     })
     .workers(2)
+    // A reply held by a `stall_body` fault watches its client.
+    .on_connect(faults::Peer::on_connect)
     .disable_signals()
     .shutdown_timeout(1)
     .listen(listener)?

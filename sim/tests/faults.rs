@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use actix_web::http::StatusCode;
 use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
-use boinc_sim::faults::{Fault, FaultKind, FaultPlan, FaultPlanError, FaultRule, Faults, ScriptedFault};
+use boinc_sim::faults::{Fault, FaultKind, FaultPlan, FaultPlanError, FaultRule, Faults, Peer, ScriptedFault};
 use bytes::Bytes;
 
 const BODY: &str = "<?xml version=\"1.0\" encoding=\"ISO-8859-1\" ?>\n<create_batch>\n<batch_id>42</batch_id>\n</create_batch>\n";
@@ -27,7 +27,7 @@ struct State {
 
 async fn handler(req: HttpRequest, st: web::Data<State>) -> HttpResponse {
     let rpc = req.match_info().get("rpc").unwrap_or("").to_string();
-    let fault = st.faults.draw(&format!("t.php:{rpc}"));
+    let fault = st.faults.draw(&format!("t.php:{rpc}")).watching(Peer::of(&req));
     if let Some(resp) = fault.before().await {
         return resp;
     }
@@ -46,6 +46,8 @@ async fn start(plan: FaultPlan) -> (Server, Faults) {
     let state = web::Data::new(State { faults: faults.clone(), acted: acted.clone() });
     let srv = HttpServer::new(move || App::new().app_data(state.clone()).route("/t.php/{rpc}", web::to(handler)))
         .workers(1)
+        // As the simulated project: a held reply watches its client.
+        .on_connect(Peer::on_connect)
         .disable_signals()
         .bind(("127.0.0.1", 0))
         .expect("bind");
@@ -186,6 +188,95 @@ async fn hang_waits_then_kills_the_connection() {
     srv.handle.stop(false).await;
 }
 
+/// Raw HTTP on a blocking socket: the head and what of the body arrives
+/// within `within`, then the socket is closed (the client gives up).
+async fn head_then_give_up(base: &str, within: Duration) -> (String, Vec<u8>) {
+    let addr = base.trim_start_matches("http://").split('/').next().unwrap().to_string();
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET /t.php/x HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+        let until = Instant::now() + within;
+        let mut out = Vec::new();
+        let mut buf = [0u8; 1024];
+        while let Some(left) = until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()) {
+            s.set_read_timeout(Some(left)).unwrap();
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(_) => break,
+            }
+        }
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").expect("a response head");
+        (head.to_string(), body.as_bytes().to_vec())
+    })
+    .await
+    .unwrap()
+}
+
+/// Waits (bounded) until the server has let go of every held reply.
+async fn released(faults: &Faults) -> bool {
+    let until = Instant::now() + Duration::from_secs(5);
+    while faults.held_bodies() != 0 {
+        if Instant::now() > until {
+            return false;
+        }
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    true
+}
+
+#[actix_web::test]
+async fn stall_body_sends_the_head_and_part_of_the_body_then_holds_until_the_client_leaves() {
+    let rule = FaultRule { stall_body: 1.0, ..Default::default() };
+    let (srv, faults) = start(rule_plan("t.php:x", rule)).await;
+    for _ in 0..3 {
+        let (head, body) = head_then_give_up(&srv.base, Duration::from_millis(700)).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(head.to_ascii_lowercase().contains(&format!("content-length: {}", BODY.len())), "{head}");
+        assert!(body.len() < BODY.len(), "stalled: {} of {} bytes", body.len(), BODY.len());
+        assert!(BODY.as_bytes().starts_with(&body), "a part of the real body");
+    }
+    assert_eq!(srv.acted.load(Ordering::SeqCst), 3, "the server acted");
+    assert!(released(&faults).await, "{} replies still held after their clients left", faults.held_bodies());
+    assert_eq!(faults.injected().get("t.php:x stall_body"), Some(&3));
+    srv.handle.stop(false).await;
+}
+
+#[actix_web::test]
+async fn drip_body_sends_a_byte_per_pause_and_stops_when_the_client_leaves() {
+    let rule = FaultRule { drip_body: 1.0, drip_ms: 100, ..Default::default() };
+    let (srv, faults) = start(rule_plan("t.php:x", rule)).await;
+    let (head, body) = head_then_give_up(&srv.base, Duration::from_millis(1050)).await;
+    assert!(head.to_ascii_lowercase().contains(&format!("content-length: {}", BODY.len())), "{head}");
+    assert!((5..=12).contains(&body.len()), "about a byte per 100 ms: {} bytes in 1 s", body.len());
+    assert!(BODY.as_bytes().starts_with(&body));
+    assert_eq!(srv.acted.load(Ordering::SeqCst), 1);
+    assert!(released(&faults).await, "the drip goes on after its client left");
+    // A client that waits long enough gets the whole reply, dripped.
+    faults.set_plan(rule_plan("t.php:x", FaultRule { drip_body: 1.0, drip_ms: 1, ..Default::default() }));
+    let (status, _, body) = get(&format!("{}/x", srv.base)).await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, BODY.as_bytes());
+    srv.handle.stop(false).await;
+}
+
+#[test]
+fn stall_and_drip_are_exclusive_kinds_with_a_bounded_pause() {
+    assert!(matches!(
+        FaultPlan::from_toml("[rules.\"a.php:b\"]\nstall_body = 0.6\ndrip_body = 0.6"),
+        Err(FaultPlanError::SumExceedsOne { .. })
+    ));
+    assert!(matches!(
+        FaultPlan::from_toml("[rules.\"a.php:b\"]\ndrip_body = 0.1\ndrip_ms = 99999999"),
+        Err(FaultPlanError::Duration { field: "drip_ms", .. })
+    ));
+    let plan = FaultPlan::from_json(r#"{"script": [{"endpoint": "*", "nth": 1, "kind": "drip_body", "drip_ms": 5}]}"#).unwrap();
+    assert_eq!(plan.script[0].kind, FaultKind::DripBody);
+    assert!(FaultKind::StallBody.acts() && FaultKind::DripBody.acts(), "the server did the work");
+}
+
 #[actix_web::test]
 async fn delay_combines_with_a_normal_reply() {
     let rule = FaultRule { delay: 1.0, delay_ms: 200, ..Default::default() };
@@ -204,7 +295,7 @@ async fn scripted_fault_fires_on_the_nth_call_over_http() {
     let plan = FaultPlan {
         seed: 1,
         rules: Default::default(),
-        script: vec![ScriptedFault { endpoint: "t.php:create_batch".into(), nth: 2, kind: FaultKind::LoseReply, hang_ms: 0 }],
+        script: vec![ScriptedFault { endpoint: "t.php:create_batch".into(), nth: 2, kind: FaultKind::LoseReply, hang_ms: 0, drip_ms: 0 }],
     };
     let (srv, faults) = start(plan).await;
     let url = format!("{}/create_batch", srv.base);
@@ -314,11 +405,23 @@ fn scripted_faults_fire_exactly_on_the_nth_call() {
         seed: 3,
         rules: Default::default(),
         script: vec![
-            ScriptedFault { endpoint: "submit_rpc_handler.php:create_batch".into(), nth: 1, kind: FaultKind::LoseReply, hang_ms: 0 },
-            ScriptedFault { endpoint: "submit_rpc_handler.php:create_batch".into(), nth: 3, kind: FaultKind::Http503, hang_ms: 0 },
+            ScriptedFault {
+                endpoint: "submit_rpc_handler.php:create_batch".into(),
+                nth: 1,
+                kind: FaultKind::LoseReply,
+                hang_ms: 0,
+                drip_ms: 0,
+            },
+            ScriptedFault {
+                endpoint: "submit_rpc_handler.php:create_batch".into(),
+                nth: 3,
+                kind: FaultKind::Http503,
+                hang_ms: 0,
+                drip_ms: 0,
+            },
             // Counts every call to the script, whatever the rpc.
-            ScriptedFault { endpoint: "job_file.php:*".into(), nth: 2, kind: FaultKind::Truncate, hang_ms: 0 },
-            ScriptedFault { endpoint: "*".into(), nth: 10, kind: FaultKind::Hang, hang_ms: 25 },
+            ScriptedFault { endpoint: "job_file.php:*".into(), nth: 2, kind: FaultKind::Truncate, hang_ms: 0, drip_ms: 0 },
+            ScriptedFault { endpoint: "*".into(), nth: 10, kind: FaultKind::Hang, hang_ms: 25, drip_ms: 0 },
         ],
     };
     let f = Faults::new(plan.clone());

@@ -96,15 +96,29 @@ impl Drop for SimProcess {
     }
 }
 
-/// A minimal HTTP/1.0 exchange on loopback; panics unless the status is 200.
+/// A minimal HTTP/1.0 exchange on loopback; panics unless the status is 200
+/// or the whole reply has not come within a minute (a stalled or dripping
+/// server fails the test, it does not hang it).
 pub fn http(addr: &str, method: &str, path: &str, json: Option<&str>) -> String {
     let mut s = TcpStream::connect(addr).expect("connect to the simulated project");
-    s.set_read_timeout(Some(Duration::from_secs(60))).expect("socket option");
     let body = json.unwrap_or("");
     write!(s, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}", body.len())
         .expect("send");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let left = until.checked_duration_since(std::time::Instant::now()).filter(|d| !d.is_zero());
+        let left = left.unwrap_or_else(|| panic!("{method} {path}: no whole reply within 60 s"));
+        s.set_read_timeout(Some(left)).expect("socket option");
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("{method} {path}: read: {e}"),
+        }
+    }
+    let out = String::from_utf8(raw).expect("a UTF-8 reply");
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
     assert!(head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"), "{method} {path}: {head}");
     body.to_string()

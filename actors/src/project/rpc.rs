@@ -237,6 +237,9 @@ impl RpcClient {
         let url = format!("{}{}", self.key.url, call.script.path());
         let (content_type, body) = multipart(&call.xml, &call.attachments);
         let _permit = self.limit.acquire().await.map_err(|_| Attempt::Transient("client closed".into()))?;
+        // awc's timeout ends at the headers: the body must be whole by the
+        // same instant, or a server that stalls mid-reply holds the call.
+        let until = tokio::time::Instant::now() + timeout;
         let mut res = self
             .client
             .post(url)
@@ -246,7 +249,10 @@ impl RpcClient {
             .await
             .map_err(send_error)?;
         classify_status(res.status())?;
-        let body = res.body().limit(MAX_REPLY).await.map_err(|e| Attempt::Transient(format!("reply cut short: {e}")))?;
+        let body = tokio::time::timeout_at(until, res.body().limit(MAX_REPLY))
+            .await
+            .map_err(|_| body_stalled(timeout))?
+            .map_err(|e| Attempt::Transient(format!("reply cut short: {e}")))?;
         (call.parse)(&body).map_err(RpcError::from_reply)
     }
 
@@ -301,13 +307,22 @@ impl RpcClient {
         self.with_retries(call.script.path(), call.retry, call.deadline, |timeout| self.post_once(&call, timeout)).await
     }
 
-    async fn get_once(&self, d: &Download, timeout: Duration) -> Result<u64, Attempt> {
+    /// One download attempt: the headers and the whole body by `whole`
+    /// (the download's deadline: outputs may be large), and the body must
+    /// keep flowing: fewer than [`MIN_PROGRESS`] bytes in a stall window
+    /// (`download_stall_secs`) is a stall, as is nothing at all.
+    async fn get_once(&self, d: &Download, whole: Duration) -> Result<u64, Attempt> {
         let _permit = self.limit.acquire().await.map_err(|_| Attempt::Transient("client closed".into()))?;
-        let mut res = self.client.get(&d.url).timeout(timeout).send().await.map_err(send_error)?;
+        let until = Instant::now() + whole;
+        let mut res = self.client.get(&d.url).timeout(whole).send().await.map_err(send_error)?;
         classify_status(res.status())?;
         // Only a real file carries Content-Disposition; errors are 200 + text.
         if !res.headers().contains_key(header::CONTENT_DISPOSITION) {
-            let body = res.body().limit(4096).await.unwrap_or_default();
+            let wait = until.saturating_duration_since(Instant::now()).min(self.config.download_stall_timeout);
+            let body = match tokio::time::timeout(wait, res.body().limit(4096)).await {
+                Err(_) => return Err(body_stalled(wait)),
+                Ok(body) => body.unwrap_or_default(),
+            };
             // A PHP fatal page (a lost database connection) may pass: tried
             // again as for an RPC; the download is idempotent.
             if let Some(fatal) = reply::php_fatal(&body) {
@@ -326,15 +341,36 @@ impl RpcClient {
         let mut file = tokio::fs::File::create(&d.dest)
             .await
             .map_err(|e| Attempt::Failed(RpcError::Local(format!("can't create {}: {e}", d.dest.display()))))?;
+        let window = self.config.download_stall_timeout;
+        let mut window_end = Instant::now() + window;
+        let mut in_window = 0u64;
         let mut total = 0u64;
         loop {
-            let next = tokio::time::timeout(self.config.download_stall_timeout, res.next()).await;
+            let now = Instant::now();
+            if now >= until {
+                return Err(Attempt::Transient(format!(
+                    "download not done by its deadline: {total} bytes in {:.1} s",
+                    whole.as_secs_f64()
+                )));
+            }
+            // Checked also while bytes trickle in: a drip never lets the
+            // wait below time out.
+            if now >= window_end {
+                if in_window < MIN_PROGRESS {
+                    return Err(Attempt::Transient(format!("download stalled: {in_window} bytes in {:.1} s", window.as_secs_f64())));
+                }
+                window_end = now + window;
+                in_window = 0;
+            }
+            let next = tokio::time::timeout_at(window_end.min(until).into(), res.next()).await;
             match next {
-                Err(_) => return Err(Attempt::Transient("download stalled".into())),
+                // The loop's top says which bound it was.
+                Err(_) => continue,
                 Ok(None) => break,
                 Ok(Some(Err(e))) => return Err(Attempt::Transient(format!("download cut short: {e}"))),
                 Ok(Some(Ok(chunk))) => {
                     total += chunk.len() as u64;
+                    in_window += chunk.len() as u64;
                     if total > d.max_bytes {
                         return Err(too_big());
                     }
@@ -356,10 +392,26 @@ impl RpcClient {
     }
 
     async fn run_download(self, d: Download) -> Result<u64, RpcError> {
-        // Large files: no total timeout per attempt, a stall timeout instead.
-        let timeout = self.config.rpc_timeout.max(Duration::from_secs(3600));
-        self.with_retries("download", Retry::Idempotent, d.deadline, |_| self.get_once(&d, timeout)).await
+        // Large files: an attempt may take until the download's deadline
+        // (not the RPC timeout), as long as its body keeps flowing.
+        self.with_retries("download", Retry::Idempotent, d.deadline, |_| {
+            let whole = d.deadline.saturating_duration_since(Instant::now());
+            self.get_once(&d, whole)
+        })
+        .await
     }
+}
+
+/// A download slower than this many bytes per stall window
+/// (`download_stall_secs`) is stalled: a server that drips a byte now and
+/// then must not hold it until its deadline.
+const MIN_PROGRESS: u64 = 512;
+
+/// A reply whose body did not come whole within the attempt's time: a
+/// stalled or dripping server. Transient: retried when the call is
+/// idempotent, outcome unknown otherwise.
+fn body_stalled(within: Duration) -> Attempt {
+    Attempt::Transient(format!("reply body stalled: not whole within {:.1} s", within.as_secs_f64()))
 }
 
 /// Waits before attempt `attempt + 1`: exponential from `retry_base`, capped
