@@ -830,9 +830,25 @@ impl Run<'_> {
             let files: BTreeSet<String> = ["state".to_string(), "DONE".to_string()].into();
             self.check_no_partial(&dir, &files);
             self.check_steps(&name, steps)?;
+            self.wait_sequence_retired(&name, until)?;
         }
         let _ = self.spec.truth.sim_post("__sim/hosts", "{\"id\": 1, \"lost_rate\": 0.0}");
         Ok(())
+    }
+
+    /// A completed sequence retires its batches after it answers COMPLETED
+    /// (durably, retried under faults): wait for the server to show them
+    /// retired, as the gridmanager would keep the daemon running, before
+    /// the end judges what is left.
+    fn wait_sequence_retired(&mut self, name: &str, until: Instant) -> Result<(), String> {
+        let prefix = format!("{name}#");
+        loop {
+            let batches = self.spec.truth.batches(&prefix).map_err(|e| format!("reading the server's truth: {e}"))?;
+            if batches.iter().all(|b| b.state == BATCH_RETIRED) || Instant::now() > until {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
 
     /// From the server: each step of sequence `name` completed (by one
