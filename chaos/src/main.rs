@@ -177,7 +177,7 @@ fn soak(cli: &Cli, minutes: f64) -> Result<bool, String> {
     if !(minutes.is_finite() && minutes > 0.0 && minutes <= 24.0 * 60.0) {
         return Err(format!("--soak {minutes}: minutes, more than 0 and at most a day"));
     }
-    if !(cli.time_scale.is_finite() && cli.time_scale >= 1.0) || !(cli.sample_secs.is_finite() && cli.sample_secs >= 1.0) {
+    if !(cli.time_scale.is_finite() && cli.time_scale >= 1.0 && cli.sample_secs.is_finite() && cli.sample_secs >= 1.0) {
         return Err("--time-scale and --sample-secs: at least 1".into());
     }
     std::fs::create_dir_all(&cli.work_dir).map_err(|e| format!("{}: {e}", cli.work_dir.display()))?;

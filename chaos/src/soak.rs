@@ -332,15 +332,14 @@ impl Soak<'_> {
         }
         let due: Vec<u64> = self.blah.iter().filter(|(_, j)| j.id.is_some() && !j.polling && j.next_poll <= now).map(|(k, _)| *k).collect();
         for k in due {
-            let (job_id, probe) = match self.blah.get_mut(&k) {
+            let job_id = match self.blah.get_mut(&k) {
                 Some(j) => {
                     j.polling = true;
                     j.next_poll = now + self.probe;
-                    (j.id.clone().unwrap_or_default(), self.probe)
+                    j.id.clone().unwrap_or_default()
                 }
                 None => continue,
             };
-            let _ = probe;
             let id = self.reqid();
             self.send(Request::Blah { reqid: ReqId(id), command: BlahCommand::JobStatus { job_id } }, Pending::BlahStatus(k))?;
         }
@@ -768,4 +767,47 @@ pub fn verdict(samples: &[Sample]) -> Verdict {
     let span = samples.last().map_or(0.0, |l| l.sim_days);
     lines.push(format!("simulated time covered: {span:.2} days"));
     Verdict { flat, lines }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn samples(rss: impl Fn(u64) -> u64, rows: impl Fn(u64) -> u64) -> Vec<Sample> {
+        (0..12u64)
+            .map(|i| Sample {
+                secs: i as f64 * 30.0,
+                rss_kib: rss(i),
+                fds: 20,
+                threads: 9,
+                db_bytes: 500_000,
+                log_files: 4,
+                log_bytes: 900_000,
+                jobs_done: i * 500,
+                rows: [("md5_cache".to_string(), rows(i))].into(),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_level_run_is_flat() {
+        let v = verdict(&samples(|i| 25_000 + (i % 3) * 100, |i| 400 + (i % 2) * 300));
+        assert!(v.flat, "{:#?}", v.lines);
+    }
+
+    #[test]
+    fn growth_with_the_work_is_caught() {
+        // 100 KiB more per sample: a leak per job.
+        let v = verdict(&samples(|i| 25_000 + i * 100 * 1024 / 10, |_| 400));
+        assert!(!v.flat);
+        assert!(v.lines.iter().any(|l| l.starts_with("rss_kib") && l.ends_with("GROWS")), "{:#?}", v.lines);
+        let v = verdict(&samples(|_| 25_000, |i| 400 + i * 500));
+        assert!(v.lines.iter().any(|l| l.starts_with("rows md5_cache") && l.ends_with("GROWS")), "{:#?}", v.lines);
+    }
+
+    #[test]
+    fn too_few_samples_give_no_verdict() {
+        assert!(!verdict(&samples(|_| 1, |_| 1)[..3]).flat);
+    }
 }
