@@ -48,7 +48,7 @@ const RESULT_OVERDUE: Duration = Duration::from_secs(300);
 /// The gridmanager's status probe of BOINC_* batches, in sim seconds.
 const PROBE_SIM_SECS: f64 = 60.0;
 
-/// The sim's own fault plan: every endpoint, about 9% of calls faulted,
+/// The sim's own fault plan: every endpoint, about 8% of calls faulted,
 /// stalled and dripping bodies among them (each costs the daemon an RPC
 /// timeout, so they stay rare).
 fn fault_plan(seed: u64) -> String {
