@@ -108,17 +108,20 @@ fn migrate(conn: &mut Connection) -> std::io::Result<()> {
 #[derive(Clone)]
 pub struct StateDb {
     conn: Arc<Mutex<Connection>>,
-    /// MD5s stored since the database was opened: every
-    /// [`MD5_PRUNE_EVERY`]th store prunes the cache.
+    /// MD5s stored since the database was opened, and the count at which
+    /// the cache is pruned next.
     md5_stores: Arc<AtomicU64>,
+    md5_prune_at: Arc<AtomicU64>,
 }
 
 /// The MD5 cache drops the rows of files that no longer exist once per
-/// this many new rows: every HTCondor job brings input files of its own
-/// (its spool), deleted when the job leaves the queue, and without this
-/// the cache grows by a row per input file for as long as the state
-/// directory lives (the soak run of BENCHMARKS.md measured it). Checking
-/// costs one stat per row, far less than hashing the files stored.
+/// this many new rows, or once per as many new rows as it kept the last
+/// time if that is more (a stat per row stored, not per row held): every
+/// HTCondor job brings input files of its own (its spool), deleted when
+/// the job leaves the queue, and without this the cache grows by a row
+/// per input file for as long as the state directory lives (the soak run
+/// of BENCHMARKS.md measured it). A stat is far cheaper than the hashing
+/// that stored the row.
 pub const MD5_PRUNE_EVERY: u64 = 1000;
 
 impl StateDb {
@@ -136,7 +139,11 @@ impl StateDb {
         conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;")
             .map_err(std::io::Error::other)?;
         migrate(&mut conn)?;
-        Ok(StateDb { conn: Arc::new(Mutex::new(conn)), md5_stores: Arc::new(AtomicU64::new(0)) })
+        Ok(StateDb {
+            conn: Arc::new(Mutex::new(conn)),
+            md5_stores: Arc::new(AtomicU64::new(0)),
+            md5_prune_at: Arc::new(AtomicU64::new(MD5_PRUNE_EVERY)),
+        })
     }
 
     /// Runs `f` on the connection; call from a blocking thread (it waits
@@ -200,26 +207,37 @@ impl StateDb {
         if let Err(e) = r {
             tracing::warn!("can't store an MD5 in the cache: {e}");
         }
-        if (self.md5_stores.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(MD5_PRUNE_EVERY) {
-            match prune_md5_cache(&conn) {
-                Ok(n) => tracing::debug!("MD5 cache: {n} rows of files that no longer exist dropped"),
-                Err(e) => tracing::warn!("can't prune the MD5 cache: {e}"),
-            }
+        // Under the connection's lock: one store at a time gets here.
+        let stores = self.md5_stores.fetch_add(1, Ordering::Relaxed) + 1;
+        if stores >= self.md5_prune_at.load(Ordering::Relaxed) {
+            let kept = match prune_md5_cache(&conn) {
+                Ok((gone, kept)) => {
+                    tracing::debug!("MD5 cache: {gone} rows of files that no longer exist dropped, {kept} kept");
+                    kept
+                }
+                Err(e) => {
+                    tracing::warn!("can't prune the MD5 cache: {e}");
+                    0
+                }
+            };
+            self.md5_prune_at.store(stores + MD5_PRUNE_EVERY.max(kept), Ordering::Relaxed);
         }
     }
 }
 
-/// Deletes the MD5 cache's rows whose file is gone; returns how many.
-fn prune_md5_cache(conn: &Connection) -> rusqlite::Result<usize> {
+/// Deletes the MD5 cache's rows whose file is gone; returns how many went
+/// and how many are left.
+fn prune_md5_cache(conn: &Connection) -> rusqlite::Result<(u64, u64)> {
     let paths: Vec<Vec<u8>> = conn.prepare("SELECT path FROM md5_cache")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    let mut gone = 0;
+    let total = paths.len() as u64;
+    let mut gone = 0u64;
     for p in paths {
         let path = Path::new(std::ffi::OsStr::from_bytes(&p));
         if matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
-            gone += conn.execute("DELETE FROM md5_cache WHERE path = ?1", params![p])?;
+            gone += conn.execute("DELETE FROM md5_cache WHERE path = ?1", params![p])? as u64;
         }
     }
-    Ok(gone)
+    Ok((gone, total - gone))
 }
 
 #[cfg(test)]
