@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use gahp_actors::config::LogRotation;
 use gahp_actors::project::ProjectKey;
 use gahp_actors::DaemonConfig;
 use gahp_protocol::Authenticator;
@@ -137,7 +138,7 @@ fn beside(config: Option<&Path>, file: &Path) -> PathBuf {
 
 /// Logs go to a daily-rotated file, never to stdout (it carries the
 /// protocol). Writes are synchronous so nothing is lost on a prompt exit.
-pub fn init_logging(file: &Path, level: &str, max_files: usize) {
+pub fn init_logging(file: &Path, level: &str, max_files: usize, rotation: LogRotation) {
     // HTTP internals stay quiet at any level: at trace they would print
     // request lines, and a download URL carries the authenticator.
     let quiet = ",awc=warn,actix_http=warn,actix_tls=warn,h2=warn,rustls=warn,mio=warn";
@@ -148,7 +149,11 @@ pub fn init_logging(file: &Path, level: &str, max_files: usize) {
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
     let installed = match std::fs::create_dir_all(dir) {
         Ok(()) => match tracing_appender::rolling::Builder::new()
-            .rotation(tracing_appender::rolling::Rotation::DAILY)
+            .rotation(match rotation {
+                LogRotation::Daily => tracing_appender::rolling::Rotation::DAILY,
+                LogRotation::Hourly => tracing_appender::rolling::Rotation::HOURLY,
+                LogRotation::Minutely => tracing_appender::rolling::Rotation::MINUTELY,
+            })
             .filename_prefix(name.to_string_lossy())
             .max_log_files(max_files.max(1))
             .build(dir)
@@ -183,7 +188,7 @@ pub fn initial_project(dir: &Path) -> Option<ProjectKey> {
 
 /// Runs the daemon on stdin/stdout until EOF or QUIT.
 pub fn run_daemon(settings: Settings) -> io::Result<()> {
-    init_logging(&settings.log_file, &settings.daemon.log_level, settings.daemon.max_log_files);
+    init_logging(&settings.log_file, &settings.daemon.log_level, settings.daemon.max_log_files, settings.daemon.log_rotation);
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "boinc_gahp starting");
     let initial = std::env::current_dir().ok().and_then(|d| initial_project(&d));
     let system = actix_rt::System::new();

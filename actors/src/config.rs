@@ -19,8 +19,11 @@ pub struct DaemonConfig {
     pub log_file: Option<PathBuf>,
     /// A `tracing` filter, e.g. `info` or `info,gahp_actors=debug`.
     pub log_level: String,
-    /// Daily log files kept; older ones are deleted.
+    /// Log files kept; older ones are deleted at each rotation.
     pub max_log_files: usize,
+    /// How often the log file rotates: `daily` (the default), `hourly` or
+    /// `minutely` (for soak tests, where days pass in minutes).
+    pub log_rotation: LogRotation,
     /// A whole command (all its RPCs and retries) gives up after this.
     #[serde(rename = "command_timeout_secs", with = "secs")]
     pub command_timeout: Duration,
@@ -112,6 +115,15 @@ pub struct UploadLimits {
     pub max_bytes: u64,
 }
 
+/// How often the log rotates to a new file (named by its start).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogRotation {
+    Daily,
+    Hourly,
+    Minutely,
+}
+
 /// Where `BLAH_*` jobs go and how they are watched (the `[blah]` section
 /// of the config file).
 #[derive(Debug, Clone, Deserialize)]
@@ -180,6 +192,7 @@ impl Default for DaemonConfig {
             log_file: None,
             log_level: "info".into(),
             max_log_files: 14,
+            log_rotation: LogRotation::Daily,
             command_timeout: Duration::from_secs(270),
             rpc_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(30),
@@ -345,6 +358,8 @@ mod tests {
         assert_eq!(c.command_timeout, Duration::from_millis(12_500));
         assert_eq!(c.retry_base, Duration::from_millis(20));
         assert_eq!(c.blah.lease, Duration::from_secs(60));
+        assert_eq!(c.log_rotation, LogRotation::Daily);
+        assert_eq!(DaemonConfig::from_toml("log_rotation = \"minutely\"").unwrap().log_rotation, LogRotation::Minutely);
     }
 
     #[test]
@@ -375,6 +390,7 @@ mod tests {
             ("[blah]\nbatch_window_secs = -1", "batch_window_secs"),
             ("[blah]\nbatch_max_jobs = 0", "blah.batch_max_jobs"),
             ("ping_timeout_secs = 0", "ping_timeout_secs"),
+            ("log_rotation = \"weekly\"", "log_rotation"),
             ("[blah]\nproject_url = \"ftp://x/\"", "blah.project_url"),
             ("upload_max_bytes = 1000", "upload_max_bytes"),
             ("[projects.\"http://a/\"]\nupload_max_bytes = 10", "projects.upload_max_bytes"),

@@ -1,7 +1,9 @@
 //! The daemon's durable state: one SQLite file in the state directory.
 //! Calls block, so they are made from blocking threads (see FileStager).
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -113,7 +115,21 @@ fn migrate(conn: &mut Connection) -> std::io::Result<()> {
 #[derive(Clone)]
 pub struct StateDb {
     conn: Arc<Mutex<Connection>>,
+    /// MD5s stored since the database was opened, and the count at which
+    /// the cache is pruned next.
+    md5_stores: Arc<AtomicU64>,
+    md5_prune_at: Arc<AtomicU64>,
 }
+
+/// The MD5 cache drops the rows of files that no longer exist once per
+/// this many new rows, or once per as many new rows as it kept the last
+/// time if that is more (a stat per row stored, not per row held): every
+/// HTCondor job brings input files of its own (its spool), deleted when
+/// the job leaves the queue, and without this the cache grows by a row
+/// per input file for as long as the state directory lives (the soak run
+/// of BENCHMARKS.md measured it). A stat is far cheaper than the hashing
+/// that stored the row.
+pub const MD5_PRUNE_EVERY: u64 = 1000;
 
 impl StateDb {
     pub fn open(dir: &Path) -> std::io::Result<Self> {
@@ -130,7 +146,11 @@ impl StateDb {
         conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;")
             .map_err(std::io::Error::other)?;
         migrate(&mut conn)?;
-        Ok(StateDb { conn: Arc::new(Mutex::new(conn)) })
+        Ok(StateDb {
+            conn: Arc::new(Mutex::new(conn)),
+            md5_stores: Arc::new(AtomicU64::new(0)),
+            md5_prune_at: Arc::new(AtomicU64::new(MD5_PRUNE_EVERY)),
+        })
     }
 
     /// Runs `f` on the connection; call from a blocking thread (it waits
@@ -219,12 +239,72 @@ impl StateDb {
         if let Err(e) = r {
             tracing::warn!("can't store an MD5 in the cache: {e}");
         }
+        // Under the connection's lock: one store at a time gets here.
+        let stores = self.md5_stores.fetch_add(1, Ordering::Relaxed) + 1;
+        if stores >= self.md5_prune_at.load(Ordering::Relaxed) {
+            let kept = match prune_md5_cache(&conn) {
+                Ok((gone, kept)) => {
+                    tracing::debug!("MD5 cache: {gone} rows of files that no longer exist dropped, {kept} kept");
+                    kept
+                }
+                Err(e) => {
+                    tracing::warn!("can't prune the MD5 cache: {e}");
+                    0
+                }
+            };
+            self.md5_prune_at.store(stores + MD5_PRUNE_EVERY.max(kept), Ordering::Relaxed);
+        }
     }
+}
+
+/// Deletes the MD5 cache's rows whose file is gone; returns how many went
+/// and how many are left.
+fn prune_md5_cache(conn: &Connection) -> rusqlite::Result<(u64, u64)> {
+    let paths: Vec<Vec<u8>> = conn.prepare("SELECT path FROM md5_cache")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let total = paths.len() as u64;
+    let mut gone = 0u64;
+    for p in paths {
+        let path = Path::new(std::ffi::OsStr::from_bytes(&p));
+        if matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound) {
+            gone += conn.execute("DELETE FROM md5_cache WHERE path = ?1", params![p])? as u64;
+        }
+    }
+    Ok((gone, total - gone))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_md5_cache_forgets_files_that_are_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path()).unwrap();
+        let stamp = |p: &Path| {
+            let m = std::fs::metadata(p).unwrap();
+            use std::os::unix::fs::MetadataExt;
+            FileStamp { path: p.as_os_str().as_bytes().to_vec(), size: m.len(), mtime_ns: m.mtime(), inode: m.ino() }
+        };
+        let kept = dir.path().join("kept");
+        std::fs::write(&kept, "k").unwrap();
+        db.store_md5(&stamp(&kept), "k5");
+        // Files of jobs that came and went: one row each, until a prune.
+        for i in 2..MD5_PRUNE_EVERY {
+            let f = dir.path().join(format!("job{i}"));
+            std::fs::write(&f, "j").unwrap();
+            db.store_md5(&stamp(&f), "j5");
+            std::fs::remove_file(&f).unwrap();
+        }
+        let rows = |db: &StateDb| db.with_conn(|c| c.query_row("SELECT count(*) FROM md5_cache", [], |r| r.get::<_, i64>(0))).unwrap();
+        assert_eq!(rows(&db), MD5_PRUNE_EVERY as i64 - 1);
+        // The store that makes it MD5_PRUNE_EVERY prunes the gone ones.
+        let last = dir.path().join("last");
+        std::fs::write(&last, "l").unwrap();
+        db.store_md5(&stamp(&last), "l5");
+        assert_eq!(rows(&db), 2);
+        assert_eq!(db.cached_md5(&stamp(&kept)).as_deref(), Some("k5"));
+        assert_eq!(db.cached_md5(&stamp(&last)).as_deref(), Some("l5"));
+    }
 
     #[test]
     fn a_new_database_gets_every_step_and_an_old_one_is_upgraded() {

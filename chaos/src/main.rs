@@ -11,6 +11,7 @@ mod judge;
 mod plan;
 mod proxy;
 mod run;
+mod soak;
 mod truth;
 
 use std::path::{Path, PathBuf};
@@ -70,6 +71,21 @@ struct Cli {
     /// How long a run waits for the project to run its jobs (seconds).
     #[arg(long, default_value_t = 600)]
     finish_wait: u64,
+    /// Soak mode (needs --sim): one daemon under a steady workload for this
+    /// many minutes, its memory, descriptors, state database and logs
+    /// sampled; the verdict says whether any of them kept growing.
+    #[arg(long, requires = "sim", value_name = "MINUTES")]
+    soak: Option<f64>,
+    /// Soak mode: seconds between two samples.
+    #[arg(long, default_value_t = 30.0)]
+    sample_secs: f64,
+    /// Soak mode: sim seconds per real second; the daemon's intervals are
+    /// its defaults divided by it (720: 10 days in 20 minutes).
+    #[arg(long, default_value_t = 720.0)]
+    time_scale: f64,
+    /// Soak mode: BOINC_* batches, and as many BLAH_* jobs, kept in flight.
+    #[arg(long, default_value_t = 4)]
+    in_flight: usize,
 }
 
 /// How much faster than real time the simulated project runs.
@@ -143,7 +159,11 @@ fn print_run(r: &RunReport, replay: &str) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match sweep(&cli) {
+    let outcome = match cli.soak {
+        Some(minutes) => soak(&cli, minutes),
+        None => sweep(&cli),
+    };
+    match outcome {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -151,6 +171,28 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+fn soak(cli: &Cli, minutes: f64) -> Result<bool, String> {
+    if !(minutes.is_finite() && minutes > 0.0 && minutes <= 24.0 * 60.0) {
+        return Err(format!("--soak {minutes}: minutes, more than 0 and at most a day"));
+    }
+    if !(cli.time_scale.is_finite() && cli.time_scale >= 1.0 && cli.sample_secs.is_finite() && cli.sample_secs >= 1.0) {
+        return Err("--time-scale and --sample-secs: at least 1".into());
+    }
+    std::fs::create_dir_all(&cli.work_dir).map_err(|e| format!("{}: {e}", cli.work_dir.display()))?;
+    let work_dir = cli.work_dir.canonicalize().map_err(|e| e.to_string())?;
+    let spec = soak::SoakSpec {
+        gahp_exe: cli.gahp.clone().unwrap_or_else(|| sibling("boinc_gahp")),
+        sim_exe: cli.sim_exe.clone().unwrap_or_else(|| sibling("boinc-sim")),
+        dir: work_dir.join(format!("soak-{}", cli.seed)),
+        duration: Duration::from_secs_f64(minutes * 60.0),
+        sample_every: Duration::from_secs_f64(cli.sample_secs),
+        time_scale: cli.time_scale,
+        seed: cli.seed,
+        in_flight: cli.in_flight.max(1),
+    };
+    soak::soak(&spec)
 }
 
 fn sweep(cli: &Cli) -> Result<bool, String> {

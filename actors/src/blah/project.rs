@@ -110,7 +110,7 @@ pub struct BlahProject {
     templates: HashMap<String, (Instant, TemplatesCall)>,
     /// Batches gathering jobs or being submitted.
     submitting: HashSet<String>,
-    /// Batches retired (or being retired) by this daemon.
+    /// Batches being retired by this daemon.
     retired_batches: HashSet<String>,
     /// BOINC batch ids by name, learnt for their zips of outputs.
     batch_ids: HashMap<String, i64>,
@@ -308,7 +308,17 @@ impl BlahProject {
             return BlahResult::Status { code: 1, error: "internal error: job not loaded".into(), status: 0, ad: None };
         };
         let status = match (&job.final_status, job.phase, job.boinc.as_deref()) {
-            (Some((status, ad)), ..) => return BlahResult::status(*status, ad.clone()),
+            (Some((status, ad)), ..) => {
+                let r = BlahResult::status(*status, ad.clone());
+                // A delivered job was loaded from the state database only
+                // to answer this: nothing is left to watch, and kept in
+                // memory it would stay there for the daemon's lifetime (a
+                // job each, the gridmanager asks after every one).
+                if job.retired {
+                    self.jobs.remove(batch);
+                }
+                return r;
+            }
             (None, Phase::Cancelled, _) => job_status::REMOVED,
             (None, Phase::Active, Some("IN_PROGRESS" | "DONE" | "ERROR")) => job_status::RUNNING,
             (None, Phase::Active, None) if job.ad.is_none() => {
@@ -963,7 +973,14 @@ impl BlahProject {
             }
             let auth = act.auth().clone();
             let deadline = Instant::now() + act.config.rpc_timeout;
-            act.run(ctx, async move { retire(&rpc, &auth, &batch, deadline).await }, |_, (), _| {});
+            let b = batch.clone();
+            // Once it is done the batch is forgotten here: no job of it is
+            // left to ask again (a second retire would be harmless), and a
+            // daemon that runs for months must not keep a name per batch.
+            act.run(ctx, async move { retire(&rpc, &auth, &b, deadline).await }, move |act, (), _| {
+                act.retired_batches.remove(&batch);
+                act.batch_ids.remove(&batch);
+            });
         });
     }
 
