@@ -312,21 +312,7 @@ fn boinc_submit_arguments_reach_the_app_exactly() {
 }
 
 /// A submit ad as HTCondor 23.9's gridmanager writes it.
-fn job_ad(iwd: &Path, job_dir: &str, attrs: &[(&str, Value)]) -> ClassAd {
-    let mut ad = ClassAd::new();
-    let s = |v: &str| Value::Str(v.into());
-    ad.insert("In", s("/dev/null"));
-    ad.insert("Cmd", s(&iwd.join("job.sh").display().to_string()));
-    ad.insert("Iwd", s(&iwd.display().to_string()));
-    ad.insert("gridtype", s("boinc"));
-    ad.insert("Environment", s(""));
-    ad.insert("GridResource", s("batch boinc"));
-    ad.insert("JobDirectory", s(job_dir));
-    for (name, value) in attrs {
-        ad.insert(*name, value.clone());
-    }
-    ad
-}
+use gahp_testkit::blah_job_ad as job_ad;
 
 fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
     g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, Duration::from_secs(300)).unwrap()

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gahp_protocol::classad::{ClassAd, Value};
+use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 use gahp_protocol::gahp::{
     AsyncCommand, BlahCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, Request, SubmitBatch,
@@ -649,19 +649,9 @@ impl Run<'_> {
             let iwd = self.spec.dir.join(format!("blah{k}"));
             std::fs::create_dir_all(&iwd).map_err(io_err)?;
             std::fs::write(iwd.join("in"), format!("blah job {k} of {}\n", self.prefix())).map_err(io_err)?;
-            let mut ad = ClassAd::new();
             let s = |v: &str| Value::Str(v.into());
-            ad.insert("In", s("/dev/null"));
-            ad.insert("Cmd", s(&iwd.join("job.sh").display().to_string()));
-            ad.insert("Iwd", s(&iwd.display().to_string()));
-            ad.insert("gridtype", s("boinc"));
-            ad.insert("Arguments", s(""));
-            ad.insert("Environment", s(""));
-            ad.insert("GridResource", s("batch boinc"));
-            ad.insert("JobDirectory", s(&format!("{}_blah_{k}", self.prefix())));
-            ad.insert("BoincApp", s(APP));
-            ad.insert("TransferInput", s("in"));
-            ad.insert("TransferOutput", s("out"));
+            let attrs = [("BoincApp", s(APP)), ("TransferInput", s("in")), ("TransferOutput", s("out"))];
+            let ad = gahp_testkit::blah_job_ad(&iwd, &format!("{}_blah_{k}", self.prefix()), &attrs);
             let r = self.blah(BlahCommand::JobSubmit { ad: ad.clone() })?;
             if k == 0 {
                 // The gridmanager lost its GAHP (stdin closed): it starts a

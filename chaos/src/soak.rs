@@ -14,7 +14,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gahp_protocol::classad::{ClassAd, Value};
+use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::{
     AsyncCommand, BlahCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, Request, SubmitBatch,
 };
@@ -394,19 +394,9 @@ impl Soak<'_> {
         let iwd = self.inputs.join(format!("blah{k}"));
         std::fs::create_dir_all(&iwd).map_err(io_err)?;
         std::fs::write(iwd.join("in"), format!("blah job {k} of soak {}\n", self.spec.seed)).map_err(io_err)?;
-        let mut ad = ClassAd::new();
         let s = |v: &str| Value::Str(v.into());
-        ad.insert("In", s("/dev/null"));
-        ad.insert("Cmd", s(&iwd.join("job.sh").display().to_string()));
-        ad.insert("Iwd", s(&iwd.display().to_string()));
-        ad.insert("gridtype", s("boinc"));
-        ad.insert("Arguments", s(""));
-        ad.insert("Environment", s(""));
-        ad.insert("GridResource", s("batch boinc"));
-        ad.insert("JobDirectory", s(&format!("soak{}_blah_{k}", self.spec.seed)));
-        ad.insert("BoincApp", s(APP));
-        ad.insert("TransferInput", s("in"));
-        ad.insert("TransferOutput", s("out"));
+        let attrs = [("BoincApp", s(APP)), ("TransferInput", s("in")), ("TransferOutput", s("out"))];
+        let ad = gahp_testkit::blah_job_ad(&iwd, &format!("soak{}_blah_{k}", self.spec.seed), &attrs);
         self.blah.insert(k, BlahJob { iwd, id: None, next_poll: Instant::now(), polling: false });
         let id = self.reqid();
         self.c.blah_submits += 1;

@@ -5,8 +5,10 @@
 
 #![forbid(unsafe_code)]
 
+pub mod blah_ad;
 pub mod gahp_client;
 pub mod sim_process;
 
+pub use blah_ad::blah_job_ad;
 pub use gahp_client::GahpClient;
 pub use sim_process::{http, SimProcess};
