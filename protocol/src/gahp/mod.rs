@@ -5,6 +5,7 @@
 //! typed [`CommandResult`] / return lines -> `reply` -> bytes. The `BLAH_*`
 //! dialect's commands and results are in [`blah`].
 
+mod args;
 pub mod blah;
 pub mod error_text;
 pub mod escape;

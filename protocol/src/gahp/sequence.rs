@@ -8,9 +8,9 @@
 
 use std::path::PathBuf;
 
+use super::args::{parse_digits, Args, InputFile, LineWriter, ParseError};
 use super::escape::{escape_into, split_args};
 use super::reqid::ReqId;
-use super::request::{parse_digits, Args, InputFile, LineWriter, ParseError};
 
 /// The command codes, as HTCondor spells them (upper case, sorted).
 pub const SEQUENCE_COMMANDS: &[&str] = &[
@@ -368,6 +368,14 @@ fn finite(v: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_sequence_command_is_advertised() {
+        // The parser knows them from its own list; COMMANDS must not drift from it.
+        for c in SEQUENCE_COMMANDS {
+            assert!(super::super::reply::COMMANDS.contains(c), "{c}");
+        }
+    }
 
     fn ok(line: &str) -> (ReqId, SequenceCommand) {
         match parse(line.as_bytes()) {
