@@ -94,6 +94,12 @@ pub fn write_whole(dest: &Path, fill: impl FnOnce(&mut File) -> io::Result<()>) 
     persist(tmp, dest)
 }
 
+/// Streams `src` to `dest` through a temporary file and a rename.
+pub fn copy_whole(src: &Path, dest: &Path) -> io::Result<()> {
+    let mut input = std::fs::File::open(src)?;
+    write_whole(dest, |out| io::copy(&mut input, out).map(drop))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

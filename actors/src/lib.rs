@@ -36,4 +36,26 @@ pub mod session;
 pub mod state_db;
 
 pub use config::DaemonConfig;
+
+/// The state database's schema: each module's own steps (see
+/// `state_db::Migration`).
+pub const SCHEMA: &[&[state_db::Migration]] = &[
+    state_db::MIGRATIONS,
+    blah::store::MIGRATIONS,
+    broker::routes::MIGRATIONS,
+    sequences::store::MIGRATIONS,
+    project::submit_records::MIGRATIONS,
+];
+
 pub use session::{start_daemon, DaemonHandles};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_schema_has_every_version_once_from_1() {
+        let mut versions: Vec<usize> = super::SCHEMA.iter().flat_map(|m| m.iter()).map(|m| m.version).collect();
+        versions.sort();
+        versions.dedup();
+        assert_eq!(versions, (1..=versions.len()).collect::<Vec<_>>(), "a gap in the schema's versions");
+    }
+}

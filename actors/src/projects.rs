@@ -11,13 +11,13 @@ use actix::prelude::*;
 use gahp_protocol::gahp::sequence::{SequenceCommand, SequenceResult};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult, ReqId};
 
-use crate::broker::pools::Pools;
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::tree::{ProjectTree, Run, SequencesOf};
 use crate::project::ProjectKey;
 use crate::result_queue::{Complete, ResultQueue};
 use crate::sequences::command::{encoded, execute};
+use crate::sequences::relocator::PoolLink;
 use crate::state_db::StateDb;
 
 pub struct Projects {
@@ -27,7 +27,7 @@ pub struct Projects {
     db: StateDb,
     trees: HashMap<ProjectKey, Addr<ProjectTree>>,
     /// The broker, for sequences placed by a pool (set once at start).
-    pools: Option<Addr<Pools>>,
+    pools: Option<PoolLink>,
 }
 
 impl Projects {
@@ -57,7 +57,7 @@ impl Actor for Projects {
 /// `Projects`, and needs it).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct SetPools(pub Addr<Pools>);
+pub struct SetPools(pub PoolLink);
 
 impl Handler<SetPools> for Projects {
     type Result = ();

@@ -21,6 +21,7 @@ use crate::file_stager::FileStager;
 use crate::project::ProjectKey;
 use crate::projects::{Dispatch, DispatchSequence, Projects, SetPools};
 use crate::result_queue::{Accept, Drain, Notify, ResultQueue, SetAsync, SetSession};
+use crate::sequences::relocator::PoolLink;
 use crate::state_db::StateDb;
 
 /// Request lines longer than this are refused with `E` without being kept
@@ -224,7 +225,7 @@ pub fn start_daemon(
     output.write_all(b"\n")?;
     output.flush()?;
 
-    let db = StateDb::open(&config.state_dir)?;
+    let db = StateDb::open(&config.state_dir, crate::SCHEMA)?;
     match crate::sequences::store::sweep_leftovers(&config.state_dir) {
         Ok(0) => {}
         Ok(n) => tracing::info!(files = n, "removed temporary files a killed daemon left in the sequence content store"),
@@ -234,7 +235,7 @@ pub fn start_daemon(
     let queue = ResultQueue::default().start();
     let projects = Projects::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();
     let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
-    projects.do_send(SetPools(pools.clone()));
+    projects.do_send(SetPools(PoolLink::to(pools.clone())));
     let gathering = Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs);
     let blah =
         BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db, gathering)?, pools.clone()).start();

@@ -17,96 +17,59 @@ pub struct FileStamp {
     pub inode: u64,
 }
 
-/// The schema, one step per version: `MIGRATIONS[i]` takes a database from
-/// `PRAGMA user_version` i to i + 1. Append a step to change the schema;
-/// never edit one that has shipped. Step 1 is the schema that existed
-/// before versioning (hence IF NOT EXISTS: such a database is at version 0).
-const MIGRATIONS: &[&str] = &[
-    "CREATE TABLE IF NOT EXISTS md5_cache (
+/// One step of the schema: it takes a database from `PRAGMA user_version`
+/// `version - 1` to `version`. Each module registers the steps that make
+/// its own tables (a `MIGRATIONS` const beside its queries); the daemon's
+/// whole schema is the list of them all (`gahp_actors::SCHEMA`), and this
+/// module runs them in version order without knowing whose they are.
+/// Append a step to change the schema, with the next free version; never
+/// edit one that has shipped.
+#[derive(Debug, Clone, Copy)]
+pub struct Migration {
+    pub version: usize,
+    pub sql: &'static str,
+}
+
+/// The shared service's own table: the file stager's hash cache. Step 1
+/// (with the BLAH tables) is the schema that existed before versioning,
+/// hence IF NOT EXISTS: such a database is at version 0.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    sql: "CREATE TABLE IF NOT EXISTS md5_cache (
          path BLOB PRIMARY KEY,
          size INTEGER NOT NULL,
          mtime_ns INTEGER NOT NULL,
          inode INTEGER NOT NULL,
          md5 TEXT NOT NULL
-     );
-     CREATE TABLE IF NOT EXISTS blah_projects (
-         key TEXT PRIMARY KEY,
-         url TEXT NOT NULL,
-         authenticator_file BLOB NOT NULL
-     );
-     CREATE TABLE IF NOT EXISTS blah_jobs (
-         batch TEXT PRIMARY KEY,
-         project TEXT NOT NULL,
-         job_dir TEXT NOT NULL,
-         attempt INTEGER NOT NULL,
-         ad TEXT NOT NULL,
-         phase TEXT NOT NULL,
-         boinc_status TEXT,
-         status INTEGER,
-         final_ad TEXT,
-         abort_pending INTEGER NOT NULL DEFAULT 0,
-         retired INTEGER NOT NULL DEFAULT 0,
-         lease_until REAL NOT NULL DEFAULT 0,
-         updated REAL NOT NULL
-     );
-     CREATE INDEX IF NOT EXISTS blah_jobs_by_dir ON blah_jobs (job_dir, attempt);",
-    // Shared BOINC batches: the batch a BLAH job went into (NULL: the
-    // batch of its own name, as every job had before).
-    "ALTER TABLE blah_jobs ADD COLUMN boinc_batch TEXT;
-     CREATE INDEX blah_jobs_by_boinc_batch ON blah_jobs (boinc_batch);",
-    // 3: the broker's routes: which project of a pool holds a batch, and
-    // which batch a job belongs to.
-    "CREATE TABLE broker_batches (
-         pool TEXT NOT NULL,
-         batch TEXT NOT NULL,
-         project TEXT NOT NULL,
-         PRIMARY KEY (pool, batch)
-     );
-     CREATE TABLE broker_jobs (
-         pool TEXT NOT NULL,
-         job TEXT NOT NULL,
-         batch TEXT NOT NULL,
-         PRIMARY KEY (pool, job)
      );",
-    // 4: work sequences: their records, dead branches and state files.
-    crate::sequences::store::MIGRATION,
-    // 5: create_batch requests sent whose outcome is not known yet (the
-    // submit pipeline waits for one to settle before creating again).
-    "CREATE TABLE batch_creates (
-         project TEXT NOT NULL,
-         account TEXT NOT NULL,
-         batch TEXT NOT NULL,
-         sent_at REAL NOT NULL,
-         PRIMARY KEY (project, account, batch)
-     );",
-    // 6: work-sequence batches still to retire.
-    crate::sequences::store::RETIRE_MIGRATION,
-    // 7: pool sequences that moved to another project of their pool.
-    crate::sequences::store::MOVE_MIGRATION,
-    // 8: upload byte budgets learnt from a project's refusals, with the
-    // configured budget they were learnt under (a new one starts afresh).
-    "CREATE TABLE upload_budgets (
-         project TEXT PRIMARY KEY,
-         configured INTEGER NOT NULL,
-         learnt INTEGER NOT NULL
-     );",
-];
+}];
 
-/// Brings the schema to the newest version, each step in a transaction of
-/// its own. A database newer than this daemon is refused, not guessed at.
-fn migrate(conn: &mut Connection) -> std::io::Result<()> {
+/// The schema's newest version.
+pub fn newest_version(schema: &[&[Migration]]) -> usize {
+    schema.iter().flat_map(|m| m.iter()).map(|m| m.version).max().unwrap_or(0)
+}
+
+/// Brings the schema to the newest version, each version's steps in a
+/// transaction of their own. A database newer than this daemon is refused,
+/// not guessed at.
+fn migrate(conn: &mut Connection, schema: &[&[Migration]]) -> std::io::Result<()> {
     let sql = std::io::Error::other;
     let version: usize = conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).map_err(sql)?.try_into().unwrap_or(usize::MAX);
-    if version > MIGRATIONS.len() {
+    let newest = newest_version(schema);
+    if version > newest {
         return Err(std::io::Error::other(format!(
-            "the state database has schema version {version}, newer than this daemon's {}; use a newer boinc_gahp or another --state-dir",
-            MIGRATIONS.len()
+            "the state database has schema version {version}, newer than this daemon's {newest}; use a newer boinc_gahp or another --state-dir"
         )));
     }
-    for (i, step) in MIGRATIONS.iter().enumerate().skip(version) {
+    let mut steps: Vec<Migration> = schema.iter().flat_map(|m| m.iter().copied()).filter(|m| m.version > version).collect();
+    // Stable: a version's steps run in the order the schema lists them.
+    steps.sort_by_key(|m| m.version);
+    for group in steps.chunk_by(|a, b| a.version == b.version) {
         let tx = conn.transaction().map_err(sql)?;
-        tx.execute_batch(step).map_err(sql)?;
-        tx.pragma_update(None, "user_version", (i + 1) as i64).map_err(sql)?;
+        for step in group {
+            tx.execute_batch(step.sql).map_err(sql)?;
+        }
+        tx.pragma_update(None, "user_version", group[0].version as i64).map_err(sql)?;
         tx.commit().map_err(sql)?;
     }
     Ok(())
@@ -132,20 +95,21 @@ pub struct StateDb {
 pub const MD5_PRUNE_EVERY: u64 = 1000;
 
 impl StateDb {
-    pub fn open(dir: &Path) -> std::io::Result<Self> {
+    /// The database of the state directory, brought to `schema`.
+    pub fn open(dir: &Path, schema: &[&[Migration]]) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let conn = Connection::open(dir.join("state.sqlite3")).map_err(std::io::Error::other)?;
-        Self::init(conn)
+        Self::init(conn, schema)
     }
 
-    pub fn in_memory() -> std::io::Result<Self> {
-        Self::init(Connection::open_in_memory().map_err(std::io::Error::other)?)
+    pub fn in_memory(schema: &[&[Migration]]) -> std::io::Result<Self> {
+        Self::init(Connection::open_in_memory().map_err(std::io::Error::other)?, schema)
     }
 
-    fn init(mut conn: Connection) -> std::io::Result<Self> {
+    fn init(mut conn: Connection, schema: &[&[Migration]]) -> std::io::Result<Self> {
         conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;")
             .map_err(std::io::Error::other)?;
-        migrate(&mut conn)?;
+        migrate(&mut conn, schema)?;
         Ok(StateDb {
             conn: Arc::new(Mutex::new(conn)),
             md5_stores: Arc::new(AtomicU64::new(0)),
@@ -159,62 +123,6 @@ impl StateDb {
         // A panic elsewhere while holding the lock leaves SQLite consistent.
         let mut conn = self.conn.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut conn)
-    }
-
-    /// When a create_batch of `batch` was sent whose outcome is not known.
-    pub fn create_sent_at(&self, project: &str, account: &str, batch: &str) -> rusqlite::Result<Option<f64>> {
-        self.with_conn(|c| {
-            c.query_row(
-                "SELECT sent_at FROM batch_creates WHERE project = ?1 AND account = ?2 AND batch = ?3",
-                params![project, account, batch],
-                |r| r.get(0),
-            )
-            .optional()
-        })
-    }
-
-    /// Records, before it is sent, that a create_batch of `batch` goes out.
-    pub fn note_create_sent(&self, project: &str, account: &str, batch: &str, sent_at: f64) -> rusqlite::Result<()> {
-        self.with_conn(|c| {
-            c.execute(
-                "INSERT OR REPLACE INTO batch_creates (project, account, batch, sent_at) VALUES (?1, ?2, ?3, ?4)",
-                params![project, account, batch, sent_at],
-            )
-            .map(drop)
-        })
-    }
-
-    /// The outcome of `batch`'s create is known now.
-    pub fn forget_create(&self, project: &str, account: &str, batch: &str) -> rusqlite::Result<()> {
-        self.with_conn(|c| {
-            c.execute("DELETE FROM batch_creates WHERE project = ?1 AND account = ?2 AND batch = ?3", params![project, account, batch])
-                .map(drop)
-        })
-    }
-
-    /// The byte budget learnt for uploads to `project` while `configured`
-    /// was its configured one.
-    pub fn learnt_upload_budget(&self, project: &str, configured: u64) -> rusqlite::Result<Option<u64>> {
-        self.with_conn(|c| {
-            c.query_row(
-                "SELECT learnt FROM upload_budgets WHERE project = ?1 AND configured = ?2",
-                params![project, configured as i64],
-                |r| r.get::<_, i64>(0),
-            )
-            .optional()
-            .map(|v| v.map(|b| b.max(0) as u64))
-        })
-    }
-
-    /// Records a smaller byte budget for uploads to `project`.
-    pub fn note_upload_budget(&self, project: &str, configured: u64, learnt: u64) -> rusqlite::Result<()> {
-        self.with_conn(|c| {
-            c.execute(
-                "INSERT OR REPLACE INTO upload_budgets (project, configured, learnt) VALUES (?1, ?2, ?3)",
-                params![project, configured as i64, learnt as i64],
-            )
-            .map(drop)
-        })
     }
 
     /// The cached MD5 of a file, if the file is unchanged since it was hashed.
@@ -279,7 +187,7 @@ mod tests {
     #[test]
     fn the_md5_cache_forgets_files_that_are_gone() {
         let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path()).unwrap();
+        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
         let stamp = |p: &Path| {
             let m = std::fs::metadata(p).unwrap();
             use std::os::unix::fs::MetadataExt;
@@ -306,26 +214,43 @@ mod tests {
         assert_eq!(db.cached_md5(&stamp(&last)).as_deref(), Some("l5"));
     }
 
+    /// Two modules' steps, one version shared (as step 1 is).
+    const OTHER: &[Migration] = &[
+        Migration { version: 1, sql: "CREATE TABLE IF NOT EXISTS one (a)" },
+        Migration { version: 2, sql: "CREATE TABLE two (b)" },
+        Migration { version: 3, sql: "ALTER TABLE two ADD COLUMN c" },
+    ];
+
+    fn version_and_tables(db: &StateDb) -> (usize, Vec<String>) {
+        db.with_conn(|c| {
+            let v: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+            let t: rusqlite::Result<Vec<String>> = c
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")?
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect();
+            Ok((v as usize, t?))
+        })
+        .unwrap()
+    }
+
     #[test]
     fn a_new_database_gets_every_step_and_an_old_one_is_upgraded() {
         let dir = tempfile::tempdir().unwrap();
         // A database made before versioning: the tables, user_version 0.
         {
             let conn = Connection::open(dir.path().join("state.sqlite3")).unwrap();
-            conn.execute_batch(MIGRATIONS[0]).unwrap();
+            conn.execute_batch(MIGRATIONS[0].sql).unwrap();
             conn.execute("INSERT INTO md5_cache VALUES (x'61', 1, 2, 3, 'abc')", []).unwrap();
         }
-        let db = StateDb::open(dir.path()).unwrap();
-        let (version, kept): (i64, i64) = db
-            .with_conn(|c| {
-                Ok((
-                    c.query_row("PRAGMA user_version", [], |r| r.get(0))?,
-                    c.query_row("SELECT count(*) FROM md5_cache", [], |r| r.get(0))?,
-                ))
-            })
-            .unwrap();
-        assert_eq!(version as usize, MIGRATIONS.len());
+        let db = StateDb::open(dir.path(), &[MIGRATIONS, &OTHER[..2]]).unwrap();
+        assert_eq!(version_and_tables(&db), (2, vec!["md5_cache".into(), "one".into(), "two".into()]));
+        let kept: i64 = db.with_conn(|c| c.query_row("SELECT count(*) FROM md5_cache", [], |r| r.get(0))).unwrap();
         assert_eq!(kept, 1, "an upgrade keeps what the database held");
+        drop(db);
+        // A daemon with a newer step runs only that one.
+        let db = StateDb::open(dir.path(), &[MIGRATIONS, OTHER]).unwrap();
+        assert_eq!(version_and_tables(&db).0, 3);
+        db.with_conn(|c| c.execute("INSERT INTO two (b, c) VALUES (1, 2)", [])).unwrap();
     }
 
     #[test]
@@ -333,9 +258,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         {
             let conn = Connection::open(dir.path().join("state.sqlite3")).unwrap();
-            conn.pragma_update(None, "user_version", (MIGRATIONS.len() + 1) as i64).unwrap();
+            conn.pragma_update(None, "user_version", 4).unwrap();
         }
-        let err = StateDb::open(dir.path()).err().expect("refused");
-        assert!(err.to_string().contains("newer than this daemon"), "{err}");
+        let err = StateDb::open(dir.path(), &[MIGRATIONS, OTHER]).err().expect("refused");
+        assert!(err.to_string().contains("newer than this daemon's 3"), "{err}");
     }
 }

@@ -25,10 +25,11 @@ use tokio::sync::oneshot;
 
 use crate::blah::map::{self, JobId, MapError, UNCONFIGURED};
 use crate::blah::outputs::held_ad;
+use crate::blah::placement::pool_placement;
 use crate::blah::project::{BlahProject, Cancel, Delivered, Ping, Status, Track};
 use crate::blah::sequence;
 use crate::blah::store::{self, BlahStore};
-use crate::broker::pools::{pool_placement, Pools};
+use crate::broker::pools::Pools;
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::ProjectKey;

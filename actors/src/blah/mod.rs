@@ -6,6 +6,7 @@ pub mod batch_zip;
 pub mod jobs;
 pub mod map;
 pub mod outputs;
+pub mod placement;
 pub mod project;
 pub mod sequence;
 pub mod store;

@@ -14,14 +14,13 @@ use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::error_text::{one_line, MAX_HOLD_REASON};
 use gahp_protocol::gahp::sequence::SequenceState;
 
-use crate::atomic_file;
+use crate::atomic_file::{self, copy_whole};
 use crate::blah::batch_zip::SharedBatchZip;
 use crate::blah::map::{self, OutputPlan, STDOUT_OUTPUT};
 use crate::config::BlahConfig;
 use crate::project::output_fetcher::{append, check_output_names, completed_job, extract_zip, fetch_file};
 use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::ProjectKey;
-use crate::sequences::relocator::copy_whole;
 
 /// `[ BatchjobId = "<batch>"; JobStatus = n ]`
 pub fn status_ad(batch: &str, status: i32) -> ClassAd {

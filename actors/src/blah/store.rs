@@ -16,7 +16,43 @@ use tokio::sync::oneshot;
 
 use crate::blah::map::batch_name;
 use crate::clock::unix_now;
-use crate::state_db::StateDb;
+use crate::state_db::{Migration, StateDb};
+
+/// The BLAH tables. Step 1 (with the hash cache of `state_db`) is the
+/// schema that existed before versioning, hence IF NOT EXISTS.
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        sql: "CREATE TABLE IF NOT EXISTS blah_projects (
+         key TEXT PRIMARY KEY,
+         url TEXT NOT NULL,
+         authenticator_file BLOB NOT NULL
+     );
+     CREATE TABLE IF NOT EXISTS blah_jobs (
+         batch TEXT PRIMARY KEY,
+         project TEXT NOT NULL,
+         job_dir TEXT NOT NULL,
+         attempt INTEGER NOT NULL,
+         ad TEXT NOT NULL,
+         phase TEXT NOT NULL,
+         boinc_status TEXT,
+         status INTEGER,
+         final_ad TEXT,
+         abort_pending INTEGER NOT NULL DEFAULT 0,
+         retired INTEGER NOT NULL DEFAULT 0,
+         lease_until REAL NOT NULL DEFAULT 0,
+         updated REAL NOT NULL
+     );
+     CREATE INDEX IF NOT EXISTS blah_jobs_by_dir ON blah_jobs (job_dir, attempt);",
+    },
+    // Shared BOINC batches: the batch a BLAH job went into (NULL: the
+    // batch of its own name, as every job had before).
+    Migration {
+        version: 2,
+        sql: "ALTER TABLE blah_jobs ADD COLUMN boinc_batch TEXT;
+     CREATE INDEX blah_jobs_by_boinc_batch ON blah_jobs (boinc_batch);",
+    },
+];
 
 type Op = Box<dyn FnOnce(&mut Connection) + Send>;
 
@@ -340,7 +376,7 @@ mod tests {
 
     #[test]
     fn attempts_are_reused_while_alive_and_renewed_after_cancel() {
-        let db = StateDb::in_memory().unwrap();
+        let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
         db.with_conn(|c| {
             check_attempts(c);
             Ok(())
@@ -377,7 +413,7 @@ mod tests {
 
     #[test]
     fn jobs_gather_into_one_batch_until_it_closes_or_fills() {
-        let db = StateDb::in_memory().unwrap();
+        let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
         let g = Gathering::new(Duration::from_secs(3600), 3);
         db.with_conn(|c| {
             let mut claim = |dir: &str, key: &str| claim_attempt(c, dir, "k", "[ ]", None, Some((&g, key))).unwrap();

@@ -31,6 +31,7 @@ use crate::project::rpc::RpcClient;
 use crate::project::tree::{ClientOf, ProjectTree};
 use crate::project::ProjectKey;
 use crate::projects::{Projects, TreeOf};
+use crate::sequences::store::SequenceStore;
 
 /// The project's tree (created if needed), shared with plain selections.
 pub async fn tree_of(projects: &Addr<Projects>, key: &ProjectKey) -> Option<Addr<ProjectTree>> {
@@ -40,4 +41,19 @@ pub async fn tree_of(projects: &Addr<Projects>, key: &ProjectKey) -> Option<Addr
 /// The HTTP client of the project's tree.
 pub async fn rpc_client_of(projects: &Addr<Projects>, key: &ProjectKey) -> Option<Addr<RpcClient>> {
     tree_of(projects, key).await?.send(ClientOf).await.ok()
+}
+
+/// Which project (index into the pool) holds sequence `name` of pool `id`.
+pub async fn sequence_holder(stores: Vec<SequenceStore>, id: &str, name: &str) -> Result<Option<usize>, String> {
+    let (id, name) = (id.to_string(), name.to_string());
+    tokio::task::spawn_blocking(move || {
+        for (i, store) in stores.iter().enumerate() {
+            if store.holds_pool_sequence(&name, &id).map_err(|e| format!("state database: {e}"))? {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    })
+    .await
+    .map_err(|_| "state database: internal error".to_string())?
 }

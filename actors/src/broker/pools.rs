@@ -22,10 +22,9 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use gahp_protocol::boinc::{reply, request, Script};
 use gahp_protocol::classad::expr::Expr;
-use gahp_protocol::classad::{ClassAd, EvalAd, Value};
+use gahp_protocol::classad::EvalAd;
 use gahp_protocol::gahp::{AsyncCommand, CommandResult, ReqId, SubmitBatch};
 
-use crate::blah::map;
 use crate::broker::data_overlap::{DataOverlap, Overlaps, Uploaded};
 use crate::broker::matchmaker::{
     functions_called, job_ad, project_ad, rank_projects, Gathered, InputData, JobSide, ProjectSide, ProjectStatus, DATA_OVERLAP,
@@ -34,9 +33,8 @@ use crate::broker::pool::{Pool, PoolError};
 use crate::broker::project_ads::{CurrentAds, ProjectAds};
 use crate::broker::rank_functions::{RankFunctions, RankValues};
 use crate::broker::routes::Routes;
-use crate::broker::sequences::holder as sequence_holder;
-use crate::broker::{rpc_client_of, tree_of};
-use crate::config::{BlahConfig, DaemonConfig};
+use crate::broker::{rpc_client_of, sequence_holder, tree_of};
+use crate::config::DaemonConfig;
 use crate::file_stager::{FileStager, Stage};
 use crate::project::rpc::{Rpc, RpcError};
 use crate::project::tree::Run;
@@ -190,39 +188,6 @@ pub struct PlaceJob {
 pub struct PoolChoice {
     pub url: String,
     pub authenticator_file: PathBuf,
-}
-
-/// The placement a BLAH job asks for: `None` when no pool is configured
-/// or the job names its own project.
-pub fn pool_placement(ad: &ClassAd, cfg: &BlahConfig) -> Option<PlaceJob> {
-    let pool = cfg.pool.clone()?;
-    let named = |n: &str| ad.get_str(n).is_some_and(|v| !v.trim().is_empty());
-    if named("BoincProjectUrl") || named("BoincAuthenticatorFile") {
-        return None;
-    }
-    let iwd = PathBuf::from(ad.get_str("Iwd").unwrap_or(""));
-    let inputs = ad
-        .get_str("TransferInput")
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .filter(|e| !e.is_empty() && !e.ends_with('/'))
-        .map(|e| iwd.join(e))
-        .collect();
-    let expr_text = |name: &str| match ad.get(name)? {
-        Value::Str(s) if !s.trim().is_empty() => Some(s.clone()),
-        Value::Str(_) => None,
-        other => Some(other.to_string()),
-    };
-    Some(PlaceJob {
-        pool,
-        name: ad.get_str("JobDirectory").unwrap_or("blah job").to_string(),
-        app: map::choose_app(ad, cfg).map(|(app, _)| app).map_err(|e| e.hold_reason()),
-        inputs,
-        requirements: expr_text("BoincRequirements"),
-        rank: expr_text("BoincRank"),
-        sequence: crate::blah::sequence::sequence_name(ad).ok().filter(|_| crate::blah::sequence::is_sequence(ad)),
-    })
 }
 
 impl Handler<PlaceJob> for Pools {

@@ -16,12 +16,12 @@ use gahp_protocol::gahp::ReqId;
 
 use crate::broker::pool::Pool;
 use crate::broker::pools::{Broker, Pools, Wanted};
-use crate::broker::tree_of;
+use crate::broker::{sequence_holder, tree_of};
 use crate::project::tree::SequencesOf;
 use crate::project::ProjectKey;
 use crate::result_queue::Complete;
 use crate::sequences::command::{encoded, execute};
-use crate::sequences::relocator::SequenceRelocator;
+use crate::sequences::relocator::{NextProject, SequenceHolder, SequenceRelocator};
 use crate::sequences::store::SequenceStore;
 
 impl Pools {
@@ -100,20 +100,6 @@ impl Pools {
     }
 }
 
-/// The project of the pool to take a pool sequence whose step was
-/// abandoned on `from`: the best match but `from` that takes the app now;
-/// `None` if there is no other.
-#[derive(Message)]
-#[rtype(result = "Result<Option<(ProjectKey, Addr<SequenceRelocator>)>, String>")]
-pub struct NextProject {
-    pub pool: String,
-    pub name: String,
-    pub app: String,
-    /// The next step's data: the state it starts from and the inputs.
-    pub inputs: Vec<PathBuf>,
-    pub from: ProjectKey,
-}
-
 impl Handler<NextProject> for Pools {
     type Result = ResponseFuture<Result<Option<(ProjectKey, Addr<SequenceRelocator>)>, String>>;
 
@@ -139,15 +125,6 @@ impl Handler<NextProject> for Pools {
     }
 }
 
-/// The relocator that holds sequence `name` of pool `pool` now (`None`:
-/// no project of the pool does).
-#[derive(Message)]
-#[rtype(result = "Result<Option<Addr<SequenceRelocator>>, String>")]
-pub struct SequenceHolder {
-    pub pool: String,
-    pub name: String,
-}
-
 impl Handler<SequenceHolder> for Pools {
     type Result = ResponseFuture<Result<Option<Addr<SequenceRelocator>>, String>>;
 
@@ -156,27 +133,12 @@ impl Handler<SequenceHolder> for Pools {
         let stores = broker.as_ref().map(|b| self.stores(b)).unwrap_or_default();
         Box::pin(async move {
             let broker = broker?;
-            match holder(stores, &broker.pool.id, &msg.name).await? {
+            match sequence_holder(stores, &broker.pool.id, &msg.name).await? {
                 Some(p) => Ok(broker.relocator(p).await),
                 None => Ok(None),
             }
         })
     }
-}
-
-/// Which project (index into the pool) holds sequence `name` of pool `id`.
-pub(super) async fn holder(stores: Vec<SequenceStore>, id: &str, name: &str) -> Result<Option<usize>, String> {
-    let (id, name) = (id.to_string(), name.to_string());
-    tokio::task::spawn_blocking(move || {
-        for (i, store) in stores.iter().enumerate() {
-            if store.holds_pool_sequence(&name, &id).map_err(|e| format!("state database: {e}"))? {
-                return Ok(Some(i));
-            }
-        }
-        Ok(None)
-    })
-    .await
-    .map_err(|_| "state database: internal error".to_string())?
 }
 
 impl Broker {
@@ -190,7 +152,7 @@ impl Broker {
     async fn sequence(&self, command: SequenceCommand, stores: Vec<SequenceStore>) -> SequenceResult {
         let code = command.code();
         let id = self.pool.id.clone();
-        let held = match holder(stores, &id, command.name()).await {
+        let held = match sequence_holder(stores, &id, command.name()).await {
             Ok(h) => h,
             Err(e) => return SequenceResult::Error(format!("{code} failed: {e}")),
         };

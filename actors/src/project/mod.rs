@@ -7,6 +7,7 @@ pub mod key;
 pub mod output_fetcher;
 pub mod rpc;
 pub mod submit_pipeline;
+pub mod submit_records;
 pub mod tree;
 
 pub use key::ProjectKey;

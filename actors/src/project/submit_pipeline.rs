@@ -32,7 +32,7 @@ use crate::clock::unix_now;
 use crate::config::{DaemonConfig, UploadLimits};
 use crate::file_stager::{FileStager, Stage, StagedFile};
 use crate::project::rpc::{backoff, Attachment, Parse, Rpc, RpcClient, RpcError};
-use crate::project::ProjectKey;
+use crate::project::{submit_records, ProjectKey};
 use crate::state_db::StateDb;
 
 /// Why a submission failed; rendered to text where the result line is made.
@@ -357,9 +357,9 @@ impl Run {
     async fn creates(&self, batch: &str, what: CreateRecord) -> Step<Option<f64>> {
         let (db, project, account, batch) = (self.db.clone(), self.key.url.clone(), self.key.account(), batch.to_string());
         let done = tokio::task::spawn_blocking(move || match what {
-            CreateRecord::SentAt => db.create_sent_at(&project, &account, &batch),
-            CreateRecord::Sent(at) => db.note_create_sent(&project, &account, &batch, at).map(|()| None),
-            CreateRecord::Forget => db.forget_create(&project, &account, &batch).map(|()| None),
+            CreateRecord::SentAt => submit_records::create_sent_at(&db, &project, &account, &batch),
+            CreateRecord::Sent(at) => submit_records::note_create_sent(&db, &project, &account, &batch, at).map(|()| None),
+            CreateRecord::Forget => submit_records::forget_create(&db, &project, &account, &batch).map(|()| None),
         })
         .await;
         match done {
@@ -528,7 +528,7 @@ impl Run {
     /// The byte budget learnt for this project under `configured`, if any.
     async fn learnt_budget(&self, configured: u64) -> Option<u64> {
         let (db, project) = (self.db.clone(), self.key.url.clone());
-        match tokio::task::spawn_blocking(move || db.learnt_upload_budget(&project, configured)).await {
+        match tokio::task::spawn_blocking(move || submit_records::learnt_upload_budget(&db, &project, configured)).await {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 tracing::warn!("can't read the learnt upload budget: {e}");
@@ -541,7 +541,7 @@ impl Run {
     /// Keeps a smaller byte budget for later uploads to this project.
     async fn learn_budget(&self, configured: u64, learnt: u64) {
         let (db, project) = (self.db.clone(), self.key.url.clone());
-        match tokio::task::spawn_blocking(move || db.note_upload_budget(&project, configured, learnt)).await {
+        match tokio::task::spawn_blocking(move || submit_records::note_upload_budget(&db, &project, configured, learnt)).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!("can't store the learnt upload budget: {e}"),
             Err(_) => tracing::warn!("can't store the learnt upload budget: task failed"),

@@ -12,7 +12,6 @@ use gahp_protocol::boinc::{command_line, reply, request, Script};
 use gahp_protocol::gahp::error_text::{one_line, MAX_HOLD_REASON};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult};
 
-use crate::broker::pools::Pools;
 use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::batch_monitor::{BatchMonitor, Query};
@@ -20,7 +19,7 @@ use crate::project::output_fetcher::{Fetch, OutputFetcher};
 use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::submit_pipeline::{RunPipeline, SubmitPipeline};
 use crate::project::ProjectKey;
-use crate::sequences::relocator::SequenceRelocator;
+use crate::sequences::relocator::{PoolLink, SequenceRelocator};
 use crate::state_db::StateDb;
 
 pub struct ProjectTree {
@@ -35,7 +34,7 @@ pub struct ProjectTree {
 }
 
 impl ProjectTree {
-    pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, stager: Addr<FileStager>, db: StateDb, pools: Option<Addr<Pools>>) -> Self {
+    pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, stager: Addr<FileStager>, db: StateDb, pools: Option<PoolLink>) -> Self {
         let rpc = RpcClient::new(key.clone(), config.clone()).start();
         let monitor = BatchMonitor::new(key.clone(), config.clone(), rpc.clone()).start();
         let fetcher = OutputFetcher::new(key.clone(), rpc.clone()).start();

@@ -16,7 +16,7 @@ use gahp_protocol::gahp::sequence::{DeadBranch, SequenceStatus};
 
 use crate::atomic_file;
 use crate::sequences::decide::{LiveAttempt, ServerState};
-use crate::state_db::StateDb;
+use crate::state_db::{Migration, StateDb};
 
 /// What the owner asked for; fixed at create (but the plan, by extend).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,7 +112,7 @@ pub struct StepFile {
     pub md5: String,
 }
 
-pub const MIGRATION: &str = "CREATE TABLE sequences (
+const SEQUENCES: &str = "CREATE TABLE sequences (
          project TEXT NOT NULL,
          account TEXT NOT NULL,
          name TEXT NOT NULL,
@@ -153,7 +153,7 @@ pub const MIGRATION: &str = "CREATE TABLE sequences (
 /// Batches of finished steps that are to be retired on the server: kept
 /// until the retire succeeded, so a daemon killed before it did retires
 /// them when it resumes.
-pub const RETIRE_MIGRATION: &str = "CREATE TABLE sequence_retires (
+const RETIRES: &str = "CREATE TABLE sequence_retires (
          project TEXT NOT NULL,
          account TEXT NOT NULL,
          batch TEXT NOT NULL,
@@ -163,13 +163,18 @@ pub const RETIRE_MIGRATION: &str = "CREATE TABLE sequence_retires (
 /// Where a pool sequence went: a sequence that moves to another project of
 /// its pool leaves this behind, so that a message for it (a BLAH job's
 /// status, say) finds it through the pool.
-pub const MOVE_MIGRATION: &str = "CREATE TABLE sequence_moves (
+const MOVES: &str = "CREATE TABLE sequence_moves (
          project TEXT NOT NULL,
          account TEXT NOT NULL,
          name TEXT NOT NULL,
          pool TEXT NOT NULL,
          PRIMARY KEY (project, account, name)
      );";
+
+/// Work sequences: their records, dead branches and state files (4);
+/// batches still to retire (6); pool sequences that moved (7).
+pub const MIGRATIONS: &[Migration] =
+    &[Migration { version: 4, sql: SEQUENCES }, Migration { version: 6, sql: RETIRES }, Migration { version: 7, sql: MOVES }];
 
 /// The sequences of one project account. `account` identifies the
 /// authenticator without holding it (its MD5).
@@ -454,7 +459,7 @@ impl SequenceStore {
         Ok(deleted)
     }
 
-    /// Batches to retire (see [`RETIRE_MIGRATION`]).
+    /// Batches to retire (see [`RETIRES`]).
     pub fn queue_retires(&self, batches: &[String]) -> io::Result<()> {
         self.db
             .with_conn(|c| {
@@ -565,7 +570,7 @@ mod tests {
     #[test]
     fn a_record_and_its_dead_branches_survive_a_reopen_and_state_carries_over_heartbeats() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "acct");
+        let store = SequenceStore::new(StateDb::open(dir.path(), &[MIGRATIONS]).unwrap(), dir.path(), "http://p/", "acct");
         let mut rec = SequenceRecord {
             def: def(),
             planned: 5,
@@ -587,17 +592,17 @@ mod tests {
         store.put_files("s", 0, &[StepFile { name: "state".into(), md5: md5.clone() }]).unwrap();
         store.put_files("s", 1, &[StepFile { name: "log".into(), md5: "x".into() }]).unwrap();
 
-        let again = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "acct");
+        let again = SequenceStore::new(StateDb::open(dir.path(), &[MIGRATIONS]).unwrap(), dir.path(), "http://p/", "acct");
         assert_eq!(again.load_all().unwrap(), vec![rec]);
         assert_eq!(again.state_before("s", 3, &["state".into()]).unwrap(), vec![StepFile { name: "state".into(), md5 }]);
-        let other = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "another");
+        let other = SequenceStore::new(StateDb::open(dir.path(), &[MIGRATIONS]).unwrap(), dir.path(), "http://p/", "another");
         assert!(other.load_all().unwrap().is_empty(), "another account sees none of them");
     }
 
     #[test]
     fn a_move_carries_everything_leaves_a_note_and_is_refused_onto_a_name_in_use() {
         let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path()).unwrap();
+        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
         let (a, b) =
             (SequenceStore::new(db.clone(), dir.path(), "http://a/", "x"), SequenceStore::new(db.clone(), dir.path(), "http://b/", "y"));
         let mut rec = SequenceRecord {
@@ -639,7 +644,7 @@ mod tests {
     fn leftovers_of_a_killed_daemon_are_swept_and_kept_files_stay() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(sweep_leftovers(dir.path()).unwrap(), 0, "no content store yet");
-        let store = SequenceStore::new(StateDb::open(dir.path()).unwrap(), dir.path(), "http://p/", "acct");
+        let store = SequenceStore::new(StateDb::open(dir.path(), &[MIGRATIONS]).unwrap(), dir.path(), "http://p/", "acct");
         let src = dir.path().join("init");
         std::fs::write(&src, b"counter 0\n").unwrap();
         let md5 = store.keep(&src).unwrap();

@@ -1,0 +1,406 @@
+//! BlahProject: the BLAH jobs of one BOINC project. Jobs submitted close
+//! together (same app) share a BOINC batch: the batch gathers jobs for
+//! `batch_window`, then goes through the project's SubmitPipeline in the
+//! background, whole. It answers BLAH_JOB_STATUS from a cache that one
+//! query_batch2 over all watched batches refreshes per period (a storm of
+//! status queries costs nothing more; an outage leaves the last known
+//! states in place), places a finished job's files before its status turns
+//! final, aborts the one job the gridmanager cancels, renews batch leases,
+//! and retires a batch once every job in it has been delivered or removed.
+//! An app's templates are fetched once per cache period, however many
+//! submissions and deliveries want them at once.
+//!
+//! Memory is a cache of the state database: a job it does not hold is
+//! loaded from there (a restarted daemon picks its jobs up by id), and a
+//! job it never recorded is still watched by its id alone.
+//!
+//! The actor's work, a file each: `submit` (gathering jobs into batches,
+//! templates, the pipeline), `sequences` (a sequence job on the project's
+//! relocator), `status` (the cached states and their refresh), `delivery`
+//! (a finished job's files before its final status), `abort`, `upkeep`
+//! (leases, retiring, the periodic tasks), and `messages` (its API).
+
+mod abort;
+mod delivery;
+mod messages;
+mod sequences;
+mod status;
+mod submit;
+mod upkeep;
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures_util::future::{LocalBoxFuture, Shared};
+use futures_util::StreamExt;
+use gahp_protocol::boinc::{CompletedJob, Templates};
+use gahp_protocol::classad::ClassAd;
+use gahp_protocol::gahp::blah::job_status;
+use gahp_protocol::Authenticator;
+
+use crate::blah::map::{JobId, MapError};
+use crate::blah::outputs::held_ad;
+use crate::blah::sequence;
+use crate::blah::store::{self, BlahStore, JobRecord, Phase};
+use crate::config::DaemonConfig;
+use crate::file_stager::FileStager;
+use crate::project::rpc::{RpcClient, RpcError};
+use crate::project::submit_pipeline::{SubmitError, PROJECT_DOWN};
+use crate::project::tree::{ClientOf, SequencesOf};
+use crate::project::ProjectKey;
+use crate::projects::{Projects, TreeOf};
+use crate::sequences::relocator::SequenceRelocator;
+
+/// How long an app's templates are reused.
+pub use messages::*;
+
+const TEMPLATES_TTL: Duration = Duration::from_secs(60);
+
+/// One get_templates of an app, shared by everyone who waits for it.
+type TemplatesCall = Shared<LocalBoxFuture<'static, Result<Templates, RpcError>>>;
+
+/// Why a job could not be submitted; its text becomes the hold reason.
+#[derive(Debug, thiserror::Error)]
+enum SubmitFailure {
+    #[error("{}", .0.hold_reason())]
+    Map(MapError),
+    #[error("{0}")]
+    Templates(String, RpcError),
+    #[error("the BOINC submission failed: {0}; condor_release the job to try again")]
+    Pipeline(SubmitError),
+    #[error("{0}")]
+    Lost(&'static str),
+    /// A work sequence job that can't become a sequence: the hold reason.
+    #[error("{0}")]
+    Sequence(String),
+}
+
+impl SubmitFailure {
+    /// The project was down for maintenance: the submission waits.
+    fn project_down(&self) -> bool {
+        match self {
+            SubmitFailure::Templates(_, e) => matches!(e, RpcError::Boinc { num: PROJECT_DOWN, .. }),
+            SubmitFailure::Pipeline(e) => e.project_down(),
+            _ => false,
+        }
+    }
+}
+
+/// How the submission of one shared batch ended.
+struct BatchOutcome {
+    /// Members that could not join (their own fault).
+    refused: Vec<(String, SubmitFailure)>,
+    /// The members submitted, or why none were.
+    result: Result<Vec<String>, (Vec<String>, SubmitFailure)>,
+}
+
+pub struct BlahProject {
+    /// The project key of this project's job ids.
+    pkey: String,
+    key: ProjectKey,
+    authenticator_file: PathBuf,
+    config: Arc<DaemonConfig>,
+    /// The config for SubmitPipeline: batches are created with the lease.
+    pipeline_config: Arc<DaemonConfig>,
+    projects: Addr<Projects>,
+    stager: Addr<FileStager>,
+    store: BlahStore,
+    /// Set before any message is handled (see `started`).
+    rpc: Option<Addr<RpcClient>>,
+    /// The project's work sequences (sequence jobs run there); as `rpc`.
+    sequences: Option<Addr<SequenceRelocator>>,
+    /// By BOINC job name.
+    jobs: HashMap<String, Job>,
+    templates: HashMap<String, (Instant, TemplatesCall)>,
+    /// Batches gathering jobs or being submitted.
+    submitting: HashSet<String>,
+    /// Batches being retired by this daemon.
+    retired_batches: HashSet<String>,
+    /// BOINC batch ids by name, learnt for their zips of outputs.
+    batch_ids: HashMap<String, i64>,
+    /// What query_completed_job said of a DONE job whose delivery has not
+    /// ended yet: a delivery tried again (a download failed) does not ask
+    /// twice.
+    completed: CompletedCache,
+    refreshing: bool,
+    refresh_again: bool,
+    upkeep_running: bool,
+    /// Cancelled jobs whose abort has not reached the server yet.
+    aborts: HashSet<String>,
+}
+
+struct Job {
+    /// Its BOINC batch.
+    batch: String,
+    /// The submit ad; `None` for a job known only by its id.
+    ad: Option<ClassAd>,
+    phase: Phase,
+    /// Its last status in query_batch2.
+    boinc: Option<String>,
+    final_status: Option<(i32, ClassAd)>,
+    /// A submission, delivery or failure lookup is under way.
+    busy: bool,
+    /// When this daemon first tried to submit it.
+    submitting_since: Option<Instant>,
+    failures: u32,
+    lease_until: f64,
+    retired: bool,
+}
+
+impl Job {
+    fn from_record(rec: JobRecord) -> Job {
+        let ad = ClassAd::parse(&rec.ad).map_err(|e| tracing::warn!(batch = %rec.batch, "its recorded submit ad is unreadable: {e}")).ok();
+        let final_ad = rec.final_ad.as_deref().and_then(|t| ClassAd::parse(t).ok());
+        let final_status = match (rec.phase, rec.status, final_ad) {
+            // A cancelled job keeps its final status: a held job's reason
+            // must outlive the gridmanager's cancel and its restart.
+            (Phase::Final | Phase::Cancelled, Some(s), Some(ad)) => Some((s, ad)),
+            (Phase::Final, ..) => Some((job_status::HELD, held_ad(&rec.batch, "the final status of this job was lost"))),
+            _ => None,
+        };
+        let lease_until = rec.lease_until;
+        Job {
+            batch: rec.boinc_batch,
+            ad,
+            phase: rec.phase,
+            boinc: rec.boinc_status,
+            final_status,
+            busy: false,
+            submitting_since: None,
+            failures: 0,
+            lease_until,
+            retired: rec.retired,
+        }
+    }
+
+    /// A job the state database does not know (it was lost): watched by id.
+    fn unknown(batch: String) -> Job {
+        Job {
+            batch,
+            ad: None,
+            phase: Phase::Active,
+            boinc: None,
+            final_status: None,
+            busy: false,
+            submitting_since: None,
+            failures: 0,
+            lease_until: 0.0,
+            retired: false,
+        }
+    }
+
+    fn watched(&self) -> bool {
+        self.phase == Phase::Active && self.final_status.is_none()
+    }
+
+    /// A work sequence: its SequenceRelocator watches its BOINC jobs.
+    fn is_sequence(&self) -> bool {
+        self.ad.as_ref().is_some_and(sequence::is_sequence)
+    }
+
+    /// Its sequence's name, if it is a sequence job.
+    fn sequence_name(&self) -> Option<String> {
+        self.ad.as_ref().filter(|ad| sequence::is_sequence(ad)).and_then(|ad| sequence::sequence_name(ad).ok())
+    }
+}
+
+impl BlahProject {
+    pub fn new(
+        pkey: String,
+        key: ProjectKey,
+        authenticator_file: PathBuf,
+        config: Arc<DaemonConfig>,
+        projects: Addr<Projects>,
+        stager: Addr<FileStager>,
+        store: BlahStore,
+    ) -> Self {
+        let mut pipeline_config = (*config).clone();
+        pipeline_config.initial_expire = config.blah.lease;
+        BlahProject {
+            pkey,
+            key,
+            authenticator_file,
+            config,
+            pipeline_config: Arc::new(pipeline_config),
+            projects,
+            stager,
+            store,
+            rpc: None,
+            sequences: None,
+            jobs: HashMap::new(),
+            templates: HashMap::new(),
+            submitting: HashSet::new(),
+            retired_batches: HashSet::new(),
+            batch_ids: HashMap::new(),
+            completed: CompletedCache::default(),
+            refreshing: false,
+            refresh_again: false,
+            upkeep_running: false,
+            aborts: HashSet::new(),
+        }
+    }
+
+    pub(super) fn auth(&self) -> &Authenticator {
+        &self.key.authenticator
+    }
+
+    /// Runs `work` as a task of its own, then `then` on the actor. (A
+    /// future in this actor's context would be polled whenever any of them
+    /// wakes: O(work in flight) each time.) Nothing happens if the actor
+    /// is gone by then.
+    pub(super) fn run<T: Send + 'static>(
+        &self,
+        ctx: &Context<Self>,
+        work: impl std::future::Future<Output = T> + 'static,
+        then: impl FnOnce(&mut Self, T, &mut Context<Self>) + Send + 'static,
+    ) {
+        let me = ctx.address();
+        actix_rt::spawn(async move {
+            let out = work.await;
+            me.do_send(Apply(Box::new(move |act, ctx| then(act, out, ctx))));
+        });
+    }
+
+    /// Brings a job into memory from the state database if needed.
+    pub(super) fn load(&mut self, id: JobId) -> ResponseActFuture<Self, ()> {
+        if self.jobs.contains_key(&id.job) {
+            return Box::pin(fut::ready(()));
+        }
+        let (store, j) = (self.store.clone(), id.job.clone());
+        Box::pin(async move { store.read(move |c| store::load(c, &j)).await }.into_actor(self).map(move |rec, act, ctx| {
+            let JobId { batch, job: name, .. } = id;
+            if act.jobs.contains_key(&name) {
+                return;
+            }
+            let job = match rec {
+                Ok(Some(rec)) => {
+                    if rec.abort_pending {
+                        act.aborts.insert(name.clone());
+                    }
+                    Job::from_record(rec)
+                }
+                Ok(None) => Job::unknown(batch),
+                Err(e) => {
+                    tracing::warn!(job = %name, "can't read the job's record ({e}); watching it by id");
+                    Job::unknown(batch)
+                }
+            };
+            act.jobs.insert(name.clone(), job);
+            act.advance(&name, ctx);
+        }))
+    }
+
+    /// Starts what a job waits for: its batch's submission (also after a
+    /// restart).
+    pub(super) fn advance(&mut self, job: &str, ctx: &mut Context<Self>) {
+        if let Some(j) = self.jobs.get(job).filter(|j| j.phase == Phase::Submitting && !j.busy) {
+            let batch = j.batch.clone();
+            self.gather(batch, ctx);
+        }
+    }
+}
+
+/// Jobs delivered at once from one batch zip (their query_completed_job
+/// calls and file writes).
+const ZIP_DELIVERIES_AT_ONCE: usize = 16;
+
+/// How a delivery ended: the job's final status and ad, or why not.
+type DeliveryOutcome = Result<(i32, ClassAd), String>;
+
+/// Shared by the project actor and its deliveries (all on its thread).
+type CompletedCache = Rc<RefCell<HashMap<String, CompletedJob>>>;
+
+/// One DONE job to deliver: its ad and its app's templates.
+struct Delivery {
+    job: String,
+    ad: ClassAd,
+    templates: Option<TemplatesCall>,
+    completed: CompletedCache,
+}
+
+/// What one query_batch2 said.
+struct BatchStates {
+    /// Job -> its status, for every job of the batches answered.
+    states: HashMap<String, String>,
+    answered: HashSet<String>,
+    /// Batch -> how many of its jobs are DONE (delivered ones included).
+    finished: HashMap<String, usize>,
+    /// Batches the server does not know (or another user owns), and why.
+    gone: Vec<(String, String)>,
+}
+
+impl Actor for BlahProject {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        // Nothing is handled before the project's HTTP client is known.
+        let (projects, key) = (self.projects.clone(), self.key.clone());
+        ctx.wait(
+            async move {
+                let tree = projects.send(TreeOf(key)).await.ok()?;
+                Some((tree.send(ClientOf).await.ok()?, tree.send(SequencesOf).await.ok()?))
+            }
+            .into_actor(self)
+            .map(|clients, act, ctx| match clients {
+                Some((rpc, sequences)) => {
+                    act.rpc = Some(rpc);
+                    act.sequences = Some(sequences);
+                }
+                None => {
+                    tracing::error!(project = %act.key.url, "no HTTP client for the project; stopping its BLAH jobs actor");
+                    ctx.stop();
+                }
+            }),
+        );
+        let (store, pkey) = (self.store.clone(), self.pkey.clone());
+        ctx.spawn(async move { store.read(move |c| store::pending_aborts(c, &pkey)).await }.into_actor(self).map(|r, act, _| {
+            act.aborts.extend(r.unwrap_or_default());
+        }));
+        ctx.run_interval(self.config.blah.status_refresh, |act, ctx| {
+            act.refresh(ctx);
+            act.upkeep(ctx);
+        });
+    }
+}
+
+/// What to do on the actor when a task's work is done.
+type Then = Box<dyn FnOnce(&mut BlahProject, &mut Context<BlahProject>) + Send>;
+
+/// The end of work run as a task (see `BlahProject::run`).
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Apply(Then);
+
+impl Handler<Apply> for BlahProject {
+    type Result = ();
+    fn handle(&mut self, msg: Apply, ctx: &mut Context<Self>) {
+        (msg.0)(self, ctx)
+    }
+}
+
+/// A hold reason for a failed get_templates that says what to fix.
+fn templates_error(e: &RpcError, url: &str, file: &str, app: &str, source: &str) -> String {
+    match e {
+        RpcError::Boinc { msg, .. } if msg.starts_with("app not found") => format!(
+            "the BOINC project {url} has no app named {app} (from {source}): set +remote_BoincApp or batch_queue to one \
+             of its apps, then condor_release the job"
+        ),
+        RpcError::Boinc { msg, .. } if msg.contains("authenticator") => format!(
+            "the BOINC project {url} refused the account key in {file} ({msg}): put the account's authenticator there, \
+             then condor_release the job"
+        ),
+        RpcError::Boinc { msg, .. } if msg.contains("submit access") => format!(
+            "the account in {file} may not submit jobs of app {app} to {url} ({msg}): ask the project for submit access, \
+             then condor_release the job"
+        ),
+        RpcError::HttpStatus { .. } => {
+            format!("{url} does not answer as a BOINC project does ({e}): check the project URL, then condor_release the job")
+        }
+        _ => format!("can't get the templates of app {app} from {url}: {e}; condor_release the job to try again"),
+    }
+}

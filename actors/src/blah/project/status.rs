@@ -1,0 +1,205 @@
+//! BLAH_JOB_STATUS from the cache, and the cache's refresh: one
+//! query_batch2 over every watched batch per period.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Instant;
+
+use actix::prelude::*;
+use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::classad::ClassAd;
+use gahp_protocol::gahp::blah::job_status;
+use gahp_protocol::gahp::BlahResult;
+use gahp_protocol::Authenticator;
+
+use super::*;
+use crate::blah::batch_zip::{self};
+use crate::blah::outputs::{held_ad, status_ad};
+use crate::blah::store::{self, Phase};
+use crate::project::rpc::{Rpc, RpcClient, RpcError};
+use crate::sequences::relocator::QueryStarted;
+
+impl BlahProject {
+    pub(super) fn status(&mut self, batch: &str, ctx: &mut Context<Self>) -> BlahResult {
+        // `batch` is the job's name, which its status ad calls BatchjobId.
+        let Some(job) = self.jobs.get(batch) else {
+            return BlahResult::Status { code: 1, error: "internal error: job not loaded".into(), status: 0, ad: None };
+        };
+        let status = match (&job.final_status, job.phase, job.boinc.as_deref()) {
+            (Some((status, ad)), ..) => {
+                let r = BlahResult::status(*status, ad.clone());
+                // A delivered job was loaded from the state database only
+                // to answer this: nothing is left to watch, and kept in
+                // memory it would stay there for the daemon's lifetime (a
+                // job each, the gridmanager asks after every one).
+                if job.retired {
+                    self.jobs.remove(batch);
+                }
+                return r;
+            }
+            (None, Phase::Cancelled, _) => job_status::REMOVED,
+            (None, Phase::Active, Some("IN_PROGRESS" | "DONE" | "ERROR")) => job_status::RUNNING,
+            (None, Phase::Active, None) if job.ad.is_none() => {
+                self.refresh(ctx);
+                let error = format!("the state of BOINC job {batch} is not known yet; asked {}", self.key.url);
+                return BlahResult::Status { code: 1, error, status: 0, ad: None };
+            }
+            _ => job_status::IDLE,
+        };
+        BlahResult::status(status, status_ad(batch, status))
+    }
+
+    /// A status: a running sequence job's from its sequence, else `status`.
+    pub(super) fn answer(&mut self, job: String, ctx: &mut Context<Self>) -> ResponseActFuture<Self, BlahResult> {
+        let name = self.jobs.get(&job).filter(|j| j.watched()).and_then(Job::sequence_name);
+        match (name, self.sequences.clone()) {
+            (Some(name), Some(relocator)) => Box::pin(
+                async move { relocator.send(QueryStarted { name }).await }
+                    .into_actor(self)
+                    .map(move |r, act, ctx| act.sequence_status(&job, r, ctx)),
+            ),
+            _ => Box::pin(fut::ready(self.status(&job, ctx))),
+        }
+    }
+
+    /// One query_batch2 over every watched batch; coalesced.
+    pub(super) fn refresh(&mut self, ctx: &mut Context<Self>) {
+        if self.refreshing {
+            self.refresh_again = true;
+            return;
+        }
+        let Some(rpc) = self.rpc.clone() else { return };
+        let names: Vec<String> = self
+            .jobs
+            .values()
+            .filter(|j| j.watched() && !j.is_sequence())
+            .map(|j| j.batch.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if names.is_empty() {
+            return;
+        }
+        self.refreshing = true;
+        let auth = self.auth().clone();
+        let deadline = Instant::now() + self.config.rpc_timeout;
+        self.run(ctx, async move { query_states(&rpc, &auth, names, deadline).await }, |act, r, ctx| {
+            act.refreshing = false;
+            match r {
+                Ok(states) => act.refreshed(states, ctx),
+                Err(e) => tracing::info!(project = %act.key.url, "status refresh failed, reporting the last known states: {}", act.auth().redact_in(&e.to_string())),
+            }
+            if std::mem::take(&mut act.refresh_again) {
+                act.refresh(ctx);
+            }
+        });
+    }
+
+    pub(super) fn refreshed(&mut self, states: BatchStates, ctx: &mut Context<Self>) {
+        let BatchStates { states, answered, finished, gone } = states;
+        let gone: HashMap<String, String> = gone.into_iter().collect();
+        let mut lost = Vec::new();
+        for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched() && !j.is_sequence()) {
+            match states.get(name) {
+                Some(status) if job.boinc.as_deref() != Some(status.as_str()) => {
+                    let (j, s) = (name.clone(), status.clone());
+                    self.store.write("store a BOINC status", move |c| store::set_boinc_status(c, &j, &s));
+                    job.boinc = Some(status.clone());
+                }
+                Some(_) => {}
+                None => match gone.get(&job.batch) {
+                    Some(why) => lost.push((name.clone(), format!("its batch {} is not there: {why}", job.batch))),
+                    None if answered.contains(&job.batch) => lost.push((name.clone(), format!("its batch {} has no such job", job.batch))),
+                    // Not asked about (it was submitted while the query was out).
+                    None => {}
+                },
+            }
+        }
+        for (name, why) in lost {
+            let reason = format!(
+                "BOINC job {name} is not on {} ({why}): it was never created (the daemon stopped while submitting it?) \
+                 or was removed there; condor_release the job to submit it again",
+                self.key.url
+            );
+            self.finish(&name, job_status::HELD, held_ad(&name, &reason));
+        }
+        let todo: Vec<(String, String)> =
+            self.jobs.iter().filter(|(_, j)| j.watched() && !j.busy).filter_map(|(b, j)| j.boinc.clone().map(|s| (b.clone(), s))).collect();
+        // DONE jobs by BOINC batch: several of one batch may share its zip.
+        let mut done: HashMap<String, Vec<String>> = HashMap::new();
+        for (job, status) in todo {
+            match status.as_str() {
+                "DONE" => match self.jobs.get(&job) {
+                    Some(j) if j.ad.is_some() => done.entry(j.batch.clone()).or_default().push(job),
+                    _ => self.deliver(job, ctx),
+                },
+                "ERROR" => self.resolve(job, ctx),
+                _ => {}
+            }
+        }
+        for (batch, jobs) in done {
+            if batch_zip::worth_a_zip(jobs.len(), finished.get(&batch).copied().unwrap_or(0)) {
+                self.deliver_from_zip(batch, jobs, ctx);
+            } else {
+                for job in jobs {
+                    self.deliver(job, ctx);
+                }
+            }
+        }
+    }
+
+    /// Records a job's final status (3, 4 or 5); it is answered from now on.
+    pub(super) fn finish(&mut self, batch: &str, status: i32, ad: ClassAd) {
+        self.completed.borrow_mut().remove(batch);
+        let Some(job) = self.jobs.get_mut(batch) else { return };
+        if job.phase == Phase::Cancelled {
+            return;
+        }
+        if status == job_status::HELD {
+            tracing::info!(batch, "holding the job: {}", ad.get_str("HoldReason").unwrap_or(""));
+        }
+        let (b, text) = (batch.to_string(), ad.to_string());
+        self.store.write("store a final status", move |c| store::set_phase(c, &b, Phase::Final, Some(status), Some(text)));
+        job.phase = Phase::Final;
+        job.final_status = Some((status, ad));
+    }
+
+    pub(super) fn final_status(&self, job: &str) -> BlahResult {
+        match self.jobs.get(job).and_then(|j| j.final_status.clone()) {
+            Some((status, ad)) => BlahResult::status(status, ad),
+            None => BlahResult::Status { code: 1, error: "internal error: no final status".into(), status: 0, ad: None },
+        }
+    }
+}
+
+/// query_batch2 over `names`; a batch the server does not know (or that
+/// another user owns) is dropped from the query and reported as gone.
+pub(super) async fn query_states(
+    rpc: &Addr<RpcClient>,
+    auth: &Authenticator,
+    mut names: Vec<String>,
+    deadline: Instant,
+) -> Result<BatchStates, RpcError> {
+    let mut out = BatchStates { states: HashMap::new(), answered: HashSet::new(), finished: HashMap::new(), gone: Vec::new() };
+    while !names.is_empty() {
+        let xml = request::query_batch2(auth, 0.0, &names);
+        match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, deadline).await {
+            Ok(reply) => {
+                for (name, jobs) in names.into_iter().zip(reply.batches) {
+                    out.finished.insert(name.clone(), jobs.iter().filter(|j| j.status == "DONE").count());
+                    out.states.extend(jobs.into_iter().map(|j| (j.name, j.status)));
+                    out.answered.insert(name);
+                }
+                break;
+            }
+            Err(RpcError::Boinc { num, msg }) => {
+                let named = msg.strip_prefix("no batch named ").or_else(|| msg.strip_prefix("not owner of ")).map(str::trim);
+                let Some(i) = named.and_then(|n| names.iter().position(|b| b == n)) else {
+                    return Err(RpcError::Boinc { num, msg });
+                };
+                out.gone.push((names.remove(i), msg));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,218 @@
+//! Jobs gathered into shared BOINC batches and submitted through the
+//! project's SubmitPipeline; an app's templates fetched once per period.
+
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures_util::future::FutureExt;
+use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::gahp::blah::job_status;
+use gahp_protocol::gahp::SubmitBatch;
+
+use super::*;
+use crate::blah::map::{self};
+use crate::blah::outputs::held_ad;
+use crate::blah::sequence;
+use crate::blah::store::{self, JobRecord, Phase};
+use crate::clock::unix_now;
+use crate::project::rpc::Rpc;
+use crate::project::submit_pipeline::{RunPipeline, SubmitError, SubmitPipeline};
+
+impl BlahProject {
+    /// Lets a batch gather jobs for the window, then submits it.
+    pub(super) fn gather(&mut self, batch: String, ctx: &mut Context<Self>) {
+        if self.submitting.insert(batch.clone()) {
+            ctx.run_later(self.config.blah.batch_window, move |act, ctx| act.close(batch, ctx));
+        }
+    }
+
+    /// The app's templates: one get_templates per cache period, shared by
+    /// every submission and delivery that wants them meanwhile.
+    pub(super) fn templates(&mut self, app: &str) -> Option<TemplatesCall> {
+        let rpc = self.rpc.clone()?;
+        if let Some((at, call)) = self.templates.get(app) {
+            if at.elapsed() < TEMPLATES_TTL && !matches!(call.peek(), Some(Err(_))) {
+                return Some(call.clone());
+            }
+        }
+        let xml = request::get_templates_for_app(self.auth(), app);
+        let deadline = Instant::now() + self.config.command_timeout;
+        let templates =
+            async move { rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_templates, deadline).await }.boxed_local().shared();
+        self.templates.insert(app.to_string(), (Instant::now(), templates.clone()));
+        Some(templates)
+    }
+
+    /// Closes a gathering batch and submits its members in the background:
+    /// the mapping of each, then one SubmitPipeline (as BOINC_SUBMIT's, with
+    /// a long deadline: it retries transient failures, and after a lost
+    /// reply or a restart finds what it began by the batch's name).
+    pub(super) fn close(&mut self, batch: String, ctx: &mut Context<Self>) {
+        let (store, gathering, b) = (self.store.clone(), self.store.gathering.clone(), batch.clone());
+        let members = async move { store.read(move |c| store::close_batch(c, &gathering, &b)).await };
+        self.run(ctx, members, move |act, members, ctx| match members {
+            Ok(members) => act.submit(batch, members, ctx),
+            Err(e) => {
+                tracing::warn!(batch = %batch, "can't read the batch's jobs ({e}); trying again later");
+                ctx.run_later(act.config.blah.status_refresh.max(Duration::from_secs(1)), move |act, ctx| act.close(batch, ctx));
+            }
+        });
+    }
+
+    pub(super) fn submit(&mut self, batch: String, records: Vec<JobRecord>, ctx: &mut Context<Self>) {
+        let mut members = Vec::new();
+        for rec in records {
+            let name = rec.batch.clone();
+            let job = self.jobs.entry(name.clone()).or_insert_with(|| Job::from_record(rec));
+            // Cancelled since the database said otherwise.
+            if job.phase == Phase::Submitting {
+                job.busy = true;
+                job.submitting_since.get_or_insert_with(Instant::now);
+                members.push((name, job.ad.clone()));
+            }
+        }
+        // A sequence job is never gathered with others: it is alone.
+        if let [(name, Some(ad))] = members.as_slice() {
+            if sequence::is_sequence(ad) {
+                let (name, ad) = (name.clone(), ad.clone());
+                return self.submit_sequence(batch, name, ad, ctx);
+            }
+        }
+        let Some(rpc) = self.rpc.clone().filter(|_| !members.is_empty()) else {
+            self.submitting.remove(&batch);
+            return;
+        };
+        let cfg = self.config.blah.clone();
+        // Every member has the app of the batch's gathering key.
+        let app = members.iter().find_map(|(_, ad)| map::choose_app(ad.as_ref()?, &cfg).ok());
+        let templates = app.as_ref().and_then(|(app, _)| self.templates(app));
+        let deadline = Instant::now() + cfg.submit_timeout;
+        let (key, config, stager) = (self.key.clone(), self.pipeline_config.clone(), self.stager.clone());
+        let db = self.store.db().clone();
+        let file = self.authenticator_file.display().to_string();
+        let b = batch.clone();
+        let work = async move {
+            let mut refused = Vec::new();
+            let (Some((app, source)), Some(templates)) = (app, templates) else {
+                // No member has a usable ad (the app is chosen from it).
+                for (name, ad) in members {
+                    let why = match ad.map(|ad| map::choose_app(&ad, &cfg)) {
+                        Some(Err(e)) => SubmitFailure::Map(e),
+                        _ => SubmitFailure::Lost("the submit ad of this job was lost; condor_release the job"),
+                    };
+                    refused.push((name, why));
+                }
+                return BatchOutcome { refused, result: Ok(vec![]) };
+            };
+            let all: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
+            let templates = match templates.await {
+                Ok(t) => t,
+                Err(e) => {
+                    let reason = templates_error(&e, &key.url, &file, &app, source);
+                    return BatchOutcome { refused, result: Err((all, SubmitFailure::Templates(reason, e))) };
+                }
+            };
+            let mut spec = SubmitBatch { batch_name: b.clone(), app_name: app.clone(), jobs: Vec::new(), params: Default::default() };
+            let mut included = Vec::new();
+            for (name, ad) in members {
+                let Some(ad) = ad else {
+                    refused.push((name, SubmitFailure::Lost("the submit ad of this job was lost; condor_release the job")));
+                    continue;
+                };
+                let mapped = map::choose_app(&ad, &cfg).and_then(|(a, _)| {
+                    let one = map::submit_batch(&ad, &name, &a, &templates)?;
+                    map::output_plan(&ad, &a, &templates.outputs)?;
+                    Ok((a, one))
+                });
+                match mapped {
+                    Ok((a, _)) if a != app => {
+                        refused.push((name, SubmitFailure::Lost("its app changed while it waited for its batch; condor_release the job")))
+                    }
+                    Ok((_, one)) => {
+                        // The batch takes the first member's batch-wide parameters
+                        // (its gathering key makes them the same for all).
+                        if spec.jobs.is_empty() {
+                            spec.params = one.params;
+                        }
+                        spec.jobs.extend(one.jobs);
+                        included.push(name);
+                    }
+                    Err(e) => refused.push((name, SubmitFailure::Map(e))),
+                }
+            }
+            if included.is_empty() {
+                return BatchOutcome { refused, result: Ok(vec![]) };
+            }
+            let pipeline = SubmitPipeline::new(key, config, rpc, stager, db, spec, deadline).with_templates(templates).start();
+            let result = match pipeline.send(RunPipeline).await {
+                Ok(Ok(())) => Ok(included),
+                Ok(Err(e)) => Err((included, SubmitFailure::Pipeline(e))),
+                Err(_) => Err((included, SubmitFailure::Pipeline(SubmitError::Internal("the submit pipeline stopped")))),
+            };
+            BatchOutcome { refused, result }
+        };
+        self.run(ctx, work, move |act, outcome, ctx| act.submitted(batch, outcome, ctx));
+    }
+
+    pub(super) fn submitted(&mut self, batch: String, outcome: BatchOutcome, ctx: &mut Context<Self>) {
+        for (name, why) in outcome.refused {
+            let reason = self.auth().redact_in(&why.to_string());
+            self.member_failed(&name, &reason, ctx);
+        }
+        match outcome.result {
+            Ok(members) => {
+                self.submitting.remove(&batch);
+                let until = unix_now() + self.config.blah.lease.as_secs_f64();
+                for name in members {
+                    let Some(job) = self.jobs.get_mut(&name) else { continue };
+                    job.busy = false;
+                    if job.phase == Phase::Cancelled {
+                        // Cancelled while it was being submitted: abort it now.
+                        self.abort(name, ctx, None);
+                        continue;
+                    }
+                    job.phase = Phase::Active;
+                    // Created with the lease as its expiry (see pipeline_config).
+                    job.lease_until = until;
+                    let j = name.clone();
+                    self.store.write("store a submission", move |c| {
+                        store::set_phase(c, &j, Phase::Active, None, None)?;
+                        store::set_lease(c, &j, until)
+                    });
+                }
+                tracing::info!(batch = %batch, project = %self.key.url, "submitted to BOINC");
+            }
+            Err((members, why)) => {
+                let timeout = self.config.blah.submit_timeout;
+                let waiting = members.iter().filter_map(|n| self.jobs.get(n)).filter_map(|j| j.submitting_since).min();
+                if why.project_down() && waiting.is_some_and(|t| t.elapsed() < timeout) {
+                    tracing::info!(batch = %batch, "the project is down for maintenance; submitting again later: {}", self.auth().redact_in(&why.to_string()));
+                    for name in &members {
+                        if let Some(job) = self.jobs.get_mut(name) {
+                            job.busy = false;
+                        }
+                    }
+                    ctx.run_later(self.config.blah.status_refresh.max(Duration::from_secs(1)), move |act, ctx| act.close(batch, ctx));
+                    return;
+                }
+                self.submitting.remove(&batch);
+                // The edge: the typed failure becomes the hold reason here.
+                let reason = self.auth().redact_in(&why.to_string());
+                for name in members {
+                    self.member_failed(&name, &reason, ctx);
+                }
+            }
+        }
+    }
+
+    /// A member that did not go in: held with `reason` (aborted if
+    /// cancelled meanwhile: an earlier attempt may have made it).
+    pub(super) fn member_failed(&mut self, name: &str, reason: &str, ctx: &mut Context<Self>) {
+        let Some(job) = self.jobs.get_mut(name) else { return };
+        job.busy = false;
+        if job.phase == Phase::Cancelled {
+            return self.abort(name.to_string(), ctx, None);
+        }
+        self.finish(name, job_status::HELD, held_ad(name, reason));
+    }
+}
