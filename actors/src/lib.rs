@@ -1,24 +1,50 @@
-//! The actix actors of boinc-gahp (see `docs/design.md`, "Actors").
+//! The actix actors of boinc-gahp (see `docs/design.md`, "Actors" and
+//! "Layers").
+//!
+//! Four layers, top to bottom. A module names only modules of its own
+//! layer or a lower one (`tests/layers.rs` checks it, and that no files
+//! name each other around a circle); a lower layer reaches up only
+//! through a `Recipient` of a message defined at its own level.
 //!
 //! ```text
-//! Session ──Accept/Drain──▶ ResultQueue ◀──Complete── Projects ──Run──▶ project::tree::ProjectTree
-//!    ▲                          │                                        ├─ project::rpc::RpcClient
-//!    └──────────Notify (R)──────┘                                        ├─ project::batch_monitor::BatchMonitor
-//!                                                                        ├─ project::output_fetcher::OutputFetcher
-//!                                                                        └─ project::submit_pipeline (one per submit)
-//! FileStager and StateDb are shared by every project (one hash cache).
-//!
-//! Session ──BlahDispatch──▶ blah::jobs::BlahJobs ──▶ blah::project::BlahProject
-//!                              │   (one per BOINC project, on that project's
-//!                              │    tree: RpcClient, SubmitPipeline)
-//!                              └─Complete─▶ ResultQueue
+//! front ends       session            stdin/stdout: parses lines, answers at once, dispatches
+//!                  blah/              the BLAH_* front end: jobs (dispatcher), project/
+//!                                     (one actor per BOINC project: submit, status,
+//!                                     delivery, abort, upkeep, sequences), map (ad ->
+//!                                     BOINC), placement (ad -> a pool's PlaceJob),
+//!                                     sequence (ad -> work sequence), outputs,
+//!                                     batch_zip, store (its tables)
+//! ───────────────────────────────────────────────────────────────────────────────────
+//! multi-project    broker/            a pool of projects as one: pools (placement and
+//!                                     routing), sequences (a pool's sequences, and the
+//!                                     answers to a relocator's PoolLink), project_ads,
+//!                                     data_overlap, rank_functions, matchmaker (pure),
+//!                                     pool (the pool file), routes (its tables)
+//! ───────────────────────────────────────────────────────────────────────────────────
+//! one project      projects           the registry: one tree per (URL, authenticator),
+//!                                     replaced if it dies; runs a BOINC_* command on
+//!                                     its tree with exactly one result
+//!                  project/           key, tree, rpc (RpcClient), submit_pipeline,
+//!                                     submit_records (its tables), batch_monitor,
+//!                                     output_fetcher
+//!                  sequences/         that project's work sequences: relocator/ (the
+//!                                     actor: submit, poll, relocate, collect, moves
+//!                                     with PoolLink, messages), decide (pure), store
+//!                                     (its tables), command (BOINC_SEQUENCE_* -> it)
+//! ───────────────────────────────────────────────────────────────────────────────────
+//! shared services  state_db           the SQLite file; runs each module's migrations
+//!                  file_stager        MD5 content names and the hash cache
+//!                  result_queue       one result per accepted request, in order
+//!                  config, clock, atomic_file (whole or nothing)
 //! ```
-//! Session ──PoolDispatch──▶ broker::pools::Pools (a pool selected with
-//!    `pool:<path>`: matchmaking, then the chosen project's tree)
 //!
-//! The modules mirror the tree: `project/` is what one project owns,
-//! `blah/` the BLAH front end. Each actor lives in its own file with its
-//! messages beside it.
+//! Actors: Session ──Dispatch──▶ Projects ──Run──▶ ProjectTree (RpcClient,
+//! BatchMonitor, OutputFetcher, SequenceRelocator, a SubmitPipeline per
+//! submit); Session ──BlahDispatch──▶ BlahJobs ──▶ BlahProject (on the
+//! project's tree); Session ──PoolDispatch──▶ Pools ──Run──▶ the chosen
+//! project's tree. Results go to ResultQueue as `Complete`; it asks Session
+//! to write. FileStager and StateDb are shared by every project. Each actor
+//! lives in its own file (or folder) with its messages beside it.
 
 #![forbid(unsafe_code)]
 
