@@ -92,6 +92,42 @@ const MIGRATIONS: &[&str] = &[
      );",
 ];
 
+/// The schema version this daemon brings a state database to.
+pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
+/// A state database as found, read without changing it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StateDbSummary {
+    /// `PRAGMA user_version`.
+    pub schema_version: usize,
+    /// Learnt upload budgets: (project URL, configured, learnt bytes).
+    pub upload_budgets: Vec<(String, u64, u64)>,
+}
+
+/// Reads the state database of `dir` read-only (no migration, no WAL
+/// set-up); `None` when there is none yet.
+pub fn inspect(dir: &Path) -> rusqlite::Result<Option<StateDbSummary>> {
+    let path = dir.join("state.sqlite3");
+    if !path.exists() {
+        return Ok(None);
+    }
+    let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let has_budgets: bool =
+        conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'upload_budgets'", [], |r| r.get::<_, i64>(0))?
+            > 0;
+    let mut upload_budgets = Vec::new();
+    if has_budgets {
+        let mut stmt = conn.prepare("SELECT project, configured, learnt FROM upload_budgets ORDER BY project")?;
+        let rows =
+            stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64, r.get::<_, i64>(2)?.max(0) as u64)))?;
+        for row in rows {
+            upload_budgets.push(row?);
+        }
+    }
+    Ok(Some(StateDbSummary { schema_version: version.max(0) as usize, upload_budgets }))
+}
+
 /// Brings the schema to the newest version, each step in a transaction of
 /// its own. A database newer than this daemon is refused, not guessed at.
 fn migrate(conn: &mut Connection) -> std::io::Result<()> {
@@ -337,5 +373,24 @@ mod tests {
         }
         let err = StateDb::open(dir.path()).err().expect("refused");
         assert!(err.to_string().contains("newer than this daemon"), "{err}");
+    }
+
+    #[test]
+    fn inspect_reads_the_version_and_budgets_without_migrating() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(inspect(dir.path()).unwrap(), None);
+        {
+            let db = StateDb::open(dir.path()).unwrap();
+            db.note_upload_budget("http://p/", 8 << 20, 4 << 20).unwrap();
+        }
+        let s = inspect(dir.path()).unwrap().unwrap();
+        assert_eq!(s.schema_version, SCHEMA_VERSION);
+        assert_eq!(s.upload_budgets, [("http://p/".to_string(), 8 << 20, 4 << 20)]);
+        let old = tempfile::tempdir().unwrap();
+        Connection::open(old.path().join("state.sqlite3")).unwrap().execute_batch("PRAGMA user_version = 2; CREATE TABLE t (x);").unwrap();
+        assert_eq!(inspect(old.path()).unwrap().unwrap(), StateDbSummary { schema_version: 2, upload_budgets: Vec::new() });
+        let after: i64 =
+            Connection::open(old.path().join("state.sqlite3")).unwrap().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+        assert_eq!(after, 2, "inspecting must not migrate");
     }
 }
