@@ -104,14 +104,19 @@ pub async fn answers(
     report: &mut Report,
     detail: &mut serde_json::Value,
 ) -> bool {
-    let deadline = Instant::now() + timeout;
-    let config = match rpc.page("get_project_config.php", 1 << 20, deadline).await {
-        Ok(body) => reply::parse_project_config(&body).ok(),
+    let ping = rpc.idempotent(Script::SubmitRpcHandler, request::ping(), reply::parse_ping, Instant::now() + timeout).await;
+    // Asked only of a server that answered (a project that does not costs
+    // one timeout, not two); a BOINC error may be maintenance, which the
+    // page tells.
+    let config = match &ping {
+        Ok(()) | Err(RpcError::Boinc { .. }) => match rpc.page("get_project_config.php", 1 << 20, Instant::now() + timeout).await {
+            Ok(body) => reply::parse_project_config(&body).ok(),
+            Err(_) => None,
+        },
         Err(_) => None,
     };
-    let ping = rpc.idempotent(Script::SubmitRpcHandler, request::ping(), reply::parse_ping, Instant::now() + timeout).await;
     if let Some(c) = &config {
-        detail["name"] = json!(c.name);
+        detail["server_name"] = json!(c.name);
         detail["server_version"] = json!(c.server_version);
         detail["web_stopped"] = json!(c.web_stopped);
     }

@@ -444,7 +444,7 @@ impl BlahProject {
             tracing::warn!(
                 condor_job = %condor_job,
                 boinc_batch = %job.batch,
-                boinc_job = batch,
+                boinc_job = %batch,
                 "job held: {}",
                 ad.get_str("HoldReason").unwrap_or("")
             );

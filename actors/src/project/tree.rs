@@ -133,7 +133,7 @@ impl Handler<Run> for ProjectTree {
                         .await
                         .unwrap_or_else(|_| CommandResult::Error("get_output_file() returned -1 internal error".into()));
                     if let CommandResult::Error(reason) = &result {
-                        tracing::warn!(condor_job = condor_job_of(&job), boinc_job = %job, "fetching the job's outputs failed: {reason}");
+                        tracing::warn!(condor_job = %condor_job_of(&job), boinc_job = %job, "fetching the job's outputs failed: {reason}");
                     }
                     result
                 })
@@ -222,7 +222,7 @@ fn condor_job_of(job_name: &str) -> &str {
 /// gridmanager holds each of them with `reason`.
 fn log_failed_jobs<'a>(batch: &str, jobs: impl Iterator<Item = &'a str>, reason: &str) {
     for job in jobs {
-        tracing::warn!(condor_job = condor_job_of(job), boinc_batch = batch, boinc_job = job, "submission failed: {reason}");
+        tracing::warn!(condor_job = %condor_job_of(job), boinc_batch = %batch, boinc_job = %job, "submission failed: {reason}");
     }
 }
 
