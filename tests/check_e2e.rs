@@ -196,3 +196,25 @@ fn a_pool_reports_each_project_and_its_ad() {
         assert_eq!(p["ad"]["Apps"], serde_json::json!(["uppercase"]), "{p}");
     }
 }
+
+#[test]
+fn the_state_database_is_reported_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = Sim::start();
+    // A daemon run leaves its state database in dir/state.
+    let g = gahp(dir.path());
+    g.close(WAIT).unwrap();
+    let db = dir.path().join("state/state.sqlite3");
+    let before = std::fs::read(&db).unwrap();
+    let key = key_file(dir.path(), "key", &sim.auth);
+    let (code, json) = check(dir.path(), &[], &["--url", &sim.url, "--authenticator-file", &key, "--no-upload-probe", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(code, 0, "{doc}");
+    let state = &doc["state"];
+    assert!(state["schema_version"].as_u64().is_some_and(|v| v > 0), "{state}");
+    assert_eq!(state["schema_version"], state["daemon_schema_version"], "{state}");
+    let messages: Vec<&str> = doc["checks"].as_array().unwrap().iter().filter_map(|c| c["message"].as_str()).collect();
+    assert!(messages.iter().any(|m| m.ends_with("is writable")), "{messages:?}");
+    assert!(messages.iter().any(|m| m.starts_with("state database schema version") && m.ends_with("(this daemon's)")), "{messages:?}");
+    assert_eq!(std::fs::read(&db).unwrap(), before, "check changes nothing in the state database");
+}
