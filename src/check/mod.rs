@@ -142,7 +142,10 @@ fn fallback(cli: &Cli) -> DaemonConfig {
 fn with_line(text: &str, error: &str) -> String {
     let error = error.trim_end();
     if error.contains(" line ") {
-        return error.replace('\n', " ").split_whitespace().collect::<Vec<_>>().join(" ");
+        // TOML's own: a head naming line and column, the offending text
+        // drawn with `|` gutters, then what was wrong.
+        let kept: Vec<&str> = error.lines().map(str::trim).filter(|l| !l.is_empty() && !l.contains('|')).collect();
+        return kept.join("; ");
     }
     let key = error.split(':').next().unwrap_or("").rsplit('.').next().unwrap_or("").trim();
     let found = (!key.is_empty())
@@ -172,6 +175,7 @@ mod tests {
         assert!(with_line("[blah]\nbatch_max_jobs = 0\n", &e).starts_with("line 2: blah.batch_max_jobs"), "{e}");
         let text = "state_dir = \"/x\"\n[blah\n";
         let e = gahp_actors::DaemonConfig::from_toml(text).unwrap_err();
-        assert!(with_line(text, &e).contains("line 2"), "{}", with_line(text, &e));
+        let shown = with_line(text, &e);
+        assert!(shown.starts_with("TOML parse error at line 2") && !shown.contains('\n') && !shown.contains('|'), "{shown}");
     }
 }
