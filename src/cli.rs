@@ -52,6 +52,10 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Check a set-up as the submitting user: the config, the project (or
+    /// pool), the authenticator, the apps, the upload limits and the state
+    /// directory. Exit 0 if all is well, 1 if something failed.
+    Check(crate::check::CheckArgs),
     /// Start a simulated BOINC project in process and drive the real daemon
     /// through a batch: submit, watch, fetch, summarise.
     #[cfg(feature = "sim")]

@@ -14,7 +14,7 @@ use gahp_protocol::Authenticator;
 
 use gahp_testkit::GahpClient;
 
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {
     /// Number of jobs in the batch.
     #[arg(long, default_value_t = 8)]

@@ -3,6 +3,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod cli;
 #[cfg(feature = "sim")]
 pub mod demo;

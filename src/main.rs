@@ -16,10 +16,11 @@ fn main() -> ExitCode {
         eprintln!("boinc_gahp {} (BOINC GAHP in Rust, GAHP protocol 1.0.2)", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
     }
-    match cli.command {
+    match &cli.command {
+        Some(boinc_gahp::cli::Command::Check(args)) => boinc_gahp::check::run(&cli, args),
         // The demo reads no user config: a broken one must not break it.
         #[cfg(feature = "sim")]
-        Some(boinc_gahp::cli::Command::Demo(args)) => match boinc_gahp::demo::run(args) {
+        Some(boinc_gahp::cli::Command::Demo(args)) => match boinc_gahp::demo::run(args.clone()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("demo failed: {e}");

@@ -231,6 +231,29 @@ fn a_long_server_error_is_a_one_line_hold_reason() {
     assert!(sim.state()["jobs"].as_array().unwrap().is_empty());
 }
 
+/// A held job gets one log line an admin can grep for: the HTCondor job
+/// id (from the gridmanager's JobDirectory), the BOINC batch and job, and
+/// the reason.
+#[test]
+fn a_held_job_is_logged_with_its_condor_id_boinc_names_and_reason() {
+    let w = World::new("");
+    let dir = w.path();
+    let mut g = w.start();
+    let iwd = dir.to_path_buf();
+    std::fs::write(iwd.join("in"), "x\n").unwrap();
+    let job_dir = "home_bl_127.0.0.1_9618_vm_17.0_1795253890";
+    let id = submit(&mut g, job_ad(&iwd, job_dir, &[("BoincApp", str_value("no_such_app")), ("TransferInput", str_value("in"))]));
+    let (_, ad) = wait_status(&mut g, &id, 5);
+    let reason = ad.get_str("HoldReason").unwrap().to_string();
+    let log = log_text(dir);
+    let line = log.lines().find(|l| l.contains("job held:")).unwrap_or_else(|| panic!("no held line in:\n{log}"));
+    assert!(line.contains(" WARN "), "{line}");
+    assert!(line.contains(&reason), "{line}");
+    assert!(line.contains("condor_job=17.0"), "{line}");
+    assert!(line.contains(&format!("boinc_batch=blah#{job_dir}#1")) && line.contains(&format!("boinc_job=blah#{job_dir}#1")), "{line}");
+    assert_eq!(log.matches("job held:").count(), 1, "one line per held job");
+}
+
 #[test]
 fn a_job_with_arguments_an_input_and_two_outputs_completes_with_its_files() {
     let w = World::new("");

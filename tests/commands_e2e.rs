@@ -156,6 +156,16 @@ fn abort_errors_and_boinc_errors_are_reported_in_the_result() {
     assert_eq!(r, ["error getting templates: -1 job not found: nosuchjob"]);
     // Nothing is retried after a BOINC error.
     assert_eq!(sim.calls("submit_rpc_handler.php:retire_batch"), 1);
+    // One log line per failed job, with the HTCondor id its name carries.
+    let log = log_text(dir.path());
+    assert!(
+        log.contains("submission failed: error getting templates: -1 app not found: nosuchapp condor_job=0.0 boinc_batch=badapp boinc_job=badapp#0.0"),
+        "{log}"
+    );
+    assert!(
+        log.contains("fetching the job's outputs failed: error getting templates: -1 job not found: nosuchjob condor_job=unknown boinc_job=nosuchjob"),
+        "{log}"
+    );
 }
 
 #[test]

@@ -49,6 +49,26 @@ pub fn newest_version(schema: &[&[Migration]]) -> usize {
     schema.iter().flat_map(|m| m.iter()).map(|m| m.version).max().unwrap_or(0)
 }
 
+/// The state database of `dir` as found, opened read-only: no migration,
+/// no WAL set-up (for `boinc_gahp check`). `None` when there is none yet.
+pub fn open_read_only(dir: &Path) -> rusqlite::Result<Option<Connection>> {
+    let path = dir.join("state.sqlite3");
+    if !path.exists() {
+        return Ok(None);
+    }
+    Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map(Some)
+}
+
+/// A database's schema version (`PRAGMA user_version`).
+pub fn schema_version(conn: &Connection) -> rusqlite::Result<usize> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)).map(|v| v.max(0) as usize)
+}
+
+/// Whether the database has table `name` (an older one may not).
+pub fn has_table(conn: &Connection, name: &str) -> rusqlite::Result<bool> {
+    conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", [name], |r| r.get::<_, i64>(0)).map(|n| n > 0)
+}
+
 /// Brings the schema to the newest version, each version's steps in a
 /// transaction of their own. A database newer than this daemon is refused,
 /// not guessed at.
@@ -262,5 +282,19 @@ mod tests {
         }
         let err = StateDb::open(dir.path(), &[MIGRATIONS, OTHER]).err().expect("refused");
         assert!(err.to_string().contains("newer than this daemon's 3"), "{err}");
+    }
+
+    #[test]
+    fn a_read_only_look_migrates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(open_read_only(dir.path()).unwrap().is_none());
+        Connection::open(dir.path().join("state.sqlite3")).unwrap().execute_batch("PRAGMA user_version = 2; CREATE TABLE t (x);").unwrap();
+        let conn = open_read_only(dir.path()).unwrap().unwrap();
+        assert_eq!(schema_version(&conn).unwrap(), 2);
+        assert!(has_table(&conn, "t").unwrap() && !has_table(&conn, "md5_cache").unwrap());
+        assert!(conn.execute_batch("CREATE TABLE u (y)").is_err(), "read-only");
+        drop(conn);
+        let after = schema_version(&Connection::open(dir.path().join("state.sqlite3")).unwrap()).unwrap();
+        assert_eq!(after, 2, "looking must not migrate");
     }
 }

@@ -13,6 +13,14 @@ pub struct FilePart {
     pub too_big: bool,
 }
 
+impl FilePart {
+    /// A part with an empty `filename` (a form's file input left empty):
+    /// PHP's `UPLOAD_ERR_NO_FILE`, no temp file.
+    pub fn no_file(&self) -> bool {
+        self.filename.is_empty()
+    }
+}
+
 /// The POST form as PHP sees it.
 #[derive(Debug, Default)]
 pub struct Form {

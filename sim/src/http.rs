@@ -23,6 +23,8 @@ pub fn routes(cfg: &mut web::ServiceConfig, project: &str) {
             .route("/submit_rpc_handler.php", web::route().to(submit_rpc_handler))
             .route("/job_file.php", web::route().to(job_file))
             .route("/get_output.php", web::route().to(get_output))
+            .route("/server_status.php", web::get().to(server_status))
+            .route("/get_project_config.php", web::get().to(project_config))
             .configure(crate::introspect::routes),
     );
 }
@@ -200,4 +202,20 @@ async fn get_output(req: HttpRequest, ctx: web::Data<Ctx>) -> HttpResponse {
     let q = rpc::get_output::parse_query(req.query_string());
     let endpoint = format!("get_output.php:{}", rpc::get_output::command(&q));
     serve(ctx, &req, endpoint, move |ctx, c| rpc::get_output::handle(ctx, c, &q)).await
+}
+
+async fn server_status(req: HttpRequest, ctx: web::Data<Ctx>) -> HttpResponse {
+    let ctx = ctx.into_inner();
+    let query = req.query_string().to_string();
+    serve(ctx, &req, "server_status.php".into(), move |ctx, _| {
+        crate::server_status::page(ctx, &query).unwrap_or_else(|| Reply {
+            status: actix_web::http::StatusCode::NOT_FOUND,
+            ..Reply::ok(crate::replies::HTML_CONTENT_TYPE, "the sim serves server_status.php?xml=1 only\n")
+        })
+    })
+    .await
+}
+
+async fn project_config(req: HttpRequest, ctx: web::Data<Ctx>) -> HttpResponse {
+    serve(ctx.into_inner(), &req, "get_project_config.php".into(), |ctx, _| crate::server_status::project_config(ctx)).await
 }

@@ -250,6 +250,8 @@ async fn claim(
     gather_key: Option<String>,
 ) -> BlahResult {
     let gathering = store.gathering.clone();
+    let held_reason = held.clone();
+    let condor_job = map::condor_job_id_of_dir(&job_dir).unwrap_or_else(|| "unknown".into());
     let claimed = store
         .read(move |c| {
             let hold = held.map(|reason| move |batch: &str| held_ad(batch, &reason).to_string());
@@ -260,6 +262,9 @@ async fn claim(
         .await;
     match claimed {
         Ok((project, batch, job)) => {
+            if let Some(reason) = held_reason {
+                tracing::warn!(condor_job = %condor_job, boinc_batch = %batch, boinc_job = %job, "job held at submission: {reason}");
+            }
             let id = JobId { project, batch, job };
             let text = id.to_string();
             me.do_send(Claimed(id));

@@ -66,6 +66,25 @@ pub fn batch_name(job_dir: &str, attempt: u32) -> String {
     format!("{BATCH_PREFIX}{token}#{attempt}")
 }
 
+/// The HTCondor job id (`cluster.proc`) of a BLAH submit ad, for the log:
+/// `ClusterId` and `ProcId` when the ad has them, else the field the
+/// gridmanager puts in `JobDirectory` (`home_bl_<schedd>_<cluster>.<proc>_<qdate>`).
+pub fn condor_job_id(ad: &ClassAd) -> Option<String> {
+    if let (Some(cluster), Some(proc)) = (ad.get_int("ClusterId"), ad.get_int("ProcId")) {
+        return Some(format!("{cluster}.{proc}"));
+    }
+    condor_job_id_of_dir(ad.get_str("JobDirectory")?)
+}
+
+/// The `<cluster>.<proc>` of a gridmanager's `JobDirectory`.
+pub fn condor_job_id_of_dir(dir: &str) -> Option<String> {
+    let mut fields = dir.rsplit('_');
+    let (_qdate, id) = (fields.next()?, fields.next()?);
+    let (cluster, proc) = id.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(cluster) && digits(proc)).then(|| id.to_string())
+}
+
 /// 12 hex digits naming a (project URL, authenticator file) pair in ids.
 pub fn project_key(url: &str, authenticator_file: &Path) -> String {
     let mut bytes = normalize_url(url).into_bytes();
@@ -519,5 +538,14 @@ mod tests {
         // Without asking, a name the app does not output is an error.
         let a = ad("[ Iwd = \"/w\"; TransferOutput = \"upper.txt\" ]");
         assert!(matches!(output_plan(&a, "zipper", &outs), Err(MapError::NoSuchOutput { .. })));
+    }
+
+    #[test]
+    fn the_condor_job_id_comes_from_the_ad_or_the_job_directory() {
+        let ad = |t: &str| ClassAd::parse(t).unwrap();
+        assert_eq!(condor_job_id(&ad("[ JobDirectory = \"home_bl_127.0.0.1_9618_vm_2.0_1795253890\" ]")).as_deref(), Some("2.0"));
+        assert_eq!(condor_job_id(&ad("[ ClusterId = 12; ProcId = 3; JobDirectory = \"x\" ]")).as_deref(), Some("12.3"));
+        assert_eq!(condor_job_id(&ad("[ JobDirectory = \"my_dir\" ]")), None);
+        assert_eq!(condor_job_id(&ad("[]")), None);
     }
 }

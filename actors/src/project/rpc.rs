@@ -135,6 +135,16 @@ pub struct Download {
     deadline: Instant,
 }
 
+/// A GET of one of the project's pages (`server_status.php?xml=1`): its
+/// body, at most `max_bytes`. Idempotent: retried like an RPC.
+#[derive(Message)]
+#[rtype(result = "Result<Bytes, RpcError>")]
+pub struct Page {
+    url: String,
+    max_bytes: usize,
+    deadline: Instant,
+}
+
 /// The shapes of an RPC, as methods of the client's address. Each turns a
 /// dead mailbox into an error.
 #[allow(async_fn_in_trait)] // used by this crate's own (single-threaded) actors only
@@ -156,6 +166,8 @@ pub trait Rpc {
     async fn download(&self, url: String, dest: PathBuf, deadline: Instant) -> Result<u64, RpcError>;
     /// [`Rpc::download`] of at most `max_bytes`: a longer body is an error.
     async fn download_at_most(&self, url: String, dest: PathBuf, max_bytes: u64, deadline: Instant) -> Result<u64, RpcError>;
+    /// The body of a page of the project (`path` after the project URL).
+    async fn page(&self, path: &str, max_bytes: usize, deadline: Instant) -> Result<Bytes, RpcError>;
 }
 
 fn stopped<T>(_: MailboxError) -> Result<T, RpcError> {
@@ -186,6 +198,10 @@ impl Rpc for Addr<RpcClient> {
 
     async fn download_at_most(&self, url: String, dest: PathBuf, max_bytes: u64, deadline: Instant) -> Result<u64, RpcError> {
         self.send(Download { url, dest, max_bytes, deadline }).await.unwrap_or_else(stopped)
+    }
+
+    async fn page(&self, path: &str, max_bytes: usize, deadline: Instant) -> Result<Bytes, RpcError> {
+        self.send(Page { url: path.to_string(), max_bytes, deadline }).await.unwrap_or_else(stopped)
     }
 }
 
@@ -391,6 +407,18 @@ impl RpcClient {
         Ok(total)
     }
 
+    async fn get_page_once(&self, p: &Page, timeout: Duration) -> Result<Bytes, Attempt> {
+        let _permit = self.limit.acquire().await.map_err(|_| Attempt::Transient("client closed".into()))?;
+        let until = tokio::time::Instant::now() + timeout;
+        let url = format!("{}{}", self.key.url, p.url);
+        let mut res = self.client.get(url).timeout(timeout).send().await.map_err(send_error)?;
+        classify_status(res.status())?;
+        tokio::time::timeout_at(until, res.body().limit(p.max_bytes))
+            .await
+            .map_err(|_| body_stalled(timeout))?
+            .map_err(|e| Attempt::Transient(format!("reply cut short: {e}")))
+    }
+
     async fn run_download(self, d: Download) -> Result<u64, RpcError> {
         // Large files: an attempt may take until the download's deadline
         // (not the RPC timeout), as long as its body keeps flowing.
@@ -477,6 +505,16 @@ fn multipart(xml: &str, files: &[Attachment]) -> (String, SizedStream<LocalBoxSt
     (format!("multipart/form-data; boundary={boundary}"), SizedStream::new(length, body))
 }
 
+/// The length of the upload_files body [`Rpc::once`] sends for `xml` and
+/// `files` (the files are not read): what PHP compares with `post_max_size`.
+pub fn upload_body_len(xml: &str, files: &[Attachment]) -> u64 {
+    use awc::body::{BodySize, MessageBody};
+    match multipart(xml, files).1.size() {
+        BodySize::Sized(n) => n,
+        BodySize::None | BodySize::Stream => 0,
+    }
+}
+
 /// A piece of a multipart body.
 enum Part {
     Bytes(Bytes),
@@ -548,6 +586,16 @@ impl<T: Send + 'static> Handler<Call<T>> for RpcClient {
     type Result = ResponseFuture<Result<T, RpcError>>;
     fn handle(&mut self, msg: Call<T>, _: &mut Context<Self>) -> Self::Result {
         Box::pin(self.clone().run_call(msg))
+    }
+}
+
+impl Handler<Page> for RpcClient {
+    type Result = ResponseFuture<Result<Bytes, RpcError>>;
+    fn handle(&mut self, msg: Page, _: &mut Context<Self>) -> Self::Result {
+        let this = self.clone();
+        Box::pin(
+            async move { this.with_retries("page", Retry::Idempotent, msg.deadline, |timeout| this.get_page_once(&msg, timeout)).await },
+        )
     }
 }
 

@@ -3,9 +3,9 @@
 //! same batch waits for one to settle before creating again), and the
 //! upload byte budgets learnt from a project's refusals.
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 
-use crate::state_db::{Migration, StateDb};
+use crate::state_db::{self, Migration, StateDb};
 
 pub const MIGRATIONS: &[Migration] = &[
     Migration {
@@ -82,4 +82,31 @@ pub fn note_upload_budget(db: &StateDb, project: &str, configured: u64, learnt: 
         )
         .map(drop)
     })
+}
+
+/// Every learnt budget, (project URL, configured, learnt bytes), from a
+/// database opened as found (`state_db::open_read_only`; one older than
+/// version 8 has none).
+pub fn learnt_budgets(conn: &Connection) -> rusqlite::Result<Vec<(String, u64, u64)>> {
+    if !state_db::has_table(conn, "upload_budgets")? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare("SELECT project, configured, learnt FROM upload_budgets ORDER BY project")?;
+    let rows =
+        stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?.max(0) as u64, r.get::<_, i64>(2)?.max(0) as u64)))?;
+    rows.collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learnt_budgets_are_read_as_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        note_upload_budget(&db, "http://p/", 8 << 20, 4 << 20).unwrap();
+        let conn = state_db::open_read_only(dir.path()).unwrap().unwrap();
+        assert_eq!(learnt_budgets(&conn).unwrap(), [("http://p/".to_string(), 8 << 20, 4 << 20)]);
+    }
 }

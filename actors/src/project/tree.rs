@@ -85,10 +85,13 @@ impl Handler<Run> for ProjectTree {
                         Ok(words) => job.args = words,
                         Err(e) => {
                             let msg = format!("error submitting jobs: job {}: {e}", job.name);
+                            log_failed_jobs(&batch.batch_name, batch.jobs.iter().map(|j| j.name.as_str()), &msg);
                             return Box::pin(async move { CommandResult::Error(msg) });
                         }
                     }
                 }
+                let batch_name = batch.batch_name.clone();
+                let job_names: Vec<String> = batch.jobs.iter().map(|j| j.name.clone()).collect();
                 let pipeline =
                     SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), self.db.clone(), batch, deadline)
                         .start();
@@ -104,6 +107,7 @@ impl Handler<Run> for ProjectTree {
                             if line != text {
                                 tracing::warn!("submit failed: {text}");
                             }
+                            log_failed_jobs(&batch_name, job_names.iter().map(String::as_str), &line);
                             CommandResult::Error(line)
                         }
                         Err(_) => CommandResult::Error("error submitting jobs: internal error (the submit pipeline stopped)".into()),
@@ -121,11 +125,16 @@ impl Handler<Run> for ProjectTree {
             }
             AsyncCommand::FetchOutput(fetch) => {
                 let fetcher = self.fetcher.clone();
+                let job = fetch.job_name.clone();
                 Box::pin(async move {
-                    fetcher
+                    let result = fetcher
                         .send(Fetch { fetch, deadline })
                         .await
-                        .unwrap_or_else(|_| CommandResult::Error("get_output_file() returned -1 internal error".into()))
+                        .unwrap_or_else(|_| CommandResult::Error("get_output_file() returned -1 internal error".into()));
+                    if let CommandResult::Error(reason) = &result {
+                        tracing::warn!(condor_job = %condor_job_of(&job), boinc_job = %job, "fetching the job's outputs failed: {reason}");
+                    }
+                    result
                 })
             }
             AsyncCommand::AbortJobs { jobs } => Box::pin(async move {
@@ -194,5 +203,37 @@ fn names(c: &AsyncCommand) -> Box<dyn Iterator<Item = &String> + '_> {
         AsyncCommand::FetchOutput(f) => Box::new(std::iter::once(&f.job_name)),
         AsyncCommand::AbortJobs { jobs } => Box::new(jobs.iter()),
         AsyncCommand::RetireBatch { batch } | AsyncCommand::SetLease { batch, .. } => Box::new(std::iter::once(batch)),
+    }
+}
+
+/// The HTCondor job id in a gridmanager's BOINC job name
+/// (`condor#<schedd>#<app>#<qdate>#<cluster>.<proc>`), else `unknown`.
+fn condor_job_of(job_name: &str) -> &str {
+    let last = job_name.rsplit('#').next().unwrap_or("");
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    match last.split_once('.') {
+        Some((cluster, proc)) if job_name.contains('#') && digits(cluster) && digits(proc) => last,
+        _ => "unknown",
+    }
+}
+
+/// One log line per job of a batch whose submission failed: the
+/// gridmanager holds each of them with `reason`.
+fn log_failed_jobs<'a>(batch: &str, jobs: impl Iterator<Item = &'a str>, reason: &str) {
+    for job in jobs {
+        tracing::warn!(condor_job = %condor_job_of(job), boinc_batch = %batch, boinc_job = %job, "submission failed: {reason}");
+    }
+}
+
+#[cfg(test)]
+mod condor_job_tests {
+    use super::condor_job_of;
+
+    #[test]
+    fn the_condor_job_id_is_the_last_field_of_a_gridmanager_job_name() {
+        assert_eq!(condor_job_of("condor#s.example.org#w_1#1716400000#42.0"), "42.0");
+        assert_eq!(condor_job_of("condor#s#worker#1716400000#42.17"), "42.17");
+        assert_eq!(condor_job_of("my_job_1.0"), "unknown");
+        assert_eq!(condor_job_of("condor#s#worker#x.y"), "unknown");
     }
 }

@@ -130,6 +130,71 @@ pub fn parse_templates(body: &[u8]) -> Result<Templates, ReplyError> {
     settle(body, marker, "no <templates>...</templates>", checked(templates, problem))
 }
 
+/// `server_status.php?xml=1` (a page, not an RPC; no login needed): the
+/// app names of its `<tasks_by_app>`, in page order. The remote-submission
+/// API has no call that lists apps; this page does, for anyone.
+pub fn parse_server_status_apps(body: &[u8]) -> Result<Vec<String>, ReplyError> {
+    let mut apps = Vec::new();
+    let (mut opened, mut closed) = (false, false);
+    let mut in_app = false;
+    let mut r = Reader::new(body);
+    while let Some(token) = r.next() {
+        match token {
+            Token::Start(b"tasks_by_app") => opened = true,
+            Token::Empty(b"tasks_by_app") => (opened, closed) = (true, true),
+            Token::End(b"tasks_by_app") if opened => {
+                closed = true;
+                break;
+            }
+            _ if !opened => {}
+            Token::Start(b"app") => in_app = true,
+            Token::End(b"app") => in_app = false,
+            Token::Start(b"name") if in_app => {
+                if let Some(name) = r.value(b"name").map(|n| n.trim().to_string()).filter(|n| !n.is_empty()) {
+                    apps.push(name);
+                }
+            }
+            _ => {}
+        }
+    }
+    settle(body, opened && closed, "no <tasks_by_app>...</tasks_by_app>", Ok(apps))
+}
+
+/// `get_project_config.php` (a page anyone may read): what the project
+/// says of itself.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProjectConfig {
+    pub name: String,
+    /// `<server_version>`, as the server writes it (empty if absent).
+    pub server_version: String,
+    /// The project's web site is stopped (maintenance): RPCs fail.
+    pub web_stopped: bool,
+}
+
+/// `get_project_config.php`: its `<project_config>`, read past PHP notices.
+pub fn parse_project_config(body: &[u8]) -> Result<ProjectConfig, ReplyError> {
+    let mut config = ProjectConfig::default();
+    let (mut opened, mut closed) = (false, false);
+    let mut r = Reader::new(body);
+    while let Some(token) = r.next() {
+        match token {
+            Token::Start(b"project_config") => opened = true,
+            Token::End(b"project_config") if opened => {
+                closed = true;
+                break;
+            }
+            _ if !opened => {}
+            Token::Start(b"name") => config.name = r.value(b"name").unwrap_or_default().trim().to_string(),
+            Token::Start(b"server_version") => config.server_version = r.value(b"server_version").unwrap_or_default().trim().to_string(),
+            Token::Start(b"web_stopped") => config.web_stopped = r.int(b"web_stopped").is_some_and(|v| v != 0),
+            // Nested blocks have names of their own (`<platform_name>`).
+            Token::Start(b"platforms") => r.0.skip_past_end(b"platforms"),
+            _ => {}
+        }
+    }
+    settle(body, opened && closed, "no <project_config>...</project_config>", Ok(config))
+}
+
 /// `create_batch`: the new batch's id, which must be positive (the C client
 /// takes a reply without one as batch 0).
 pub fn parse_create_batch(body: &[u8]) -> Result<i64, ReplyError> {
@@ -751,5 +816,22 @@ mod tests {
         // Cut after the message: the verdict is whole.
         let after = full.len() - "</error>\n".len();
         assert_eq!(parse_query_batch(&full[..after]), Err(ReplyError::Boinc { num: -1, msg: "no such batch".into() }));
+    }
+
+    #[test]
+    fn server_status_lists_the_apps_after_php_notices() {
+        let body = b"<br />\n<b>Deprecated</b>:  unserialize(): x<br />\n<?xml version=\"1.0\" ?>\n<server_status>\n<daemon_status><daemon><command>feeder</command></daemon></daemon_status>\n<database_file_states>\n<tasks_by_app>\n<app>\n   <id>1</id>\n   <name>uppercase</name>\n   <unsent>0</unsent>\n</app>\n<app>\n   <id>2</id>\n   <name>stepper</name>\n</app>\n</tasks_by_app>\n</database_file_states>\n</server_status>\n";
+        assert_eq!(parse_server_status_apps(body).unwrap(), ["uppercase", "stepper"]);
+        assert!(matches!(parse_server_status_apps(b"<html>Log in</html>"), Err(ReplyError::Malformed(_))));
+        assert!(matches!(parse_server_status_apps(b"<tasks_by_app>\n<app><name>a</name></app>"), Err(ReplyError::Malformed(_))));
+    }
+
+    #[test]
+    fn project_config_gives_the_name_and_version() {
+        let body = b"<?xml version=\"1.0\" ?>\n<project_config>\n    <name>boinctest</name>\n<server_version>1.1.0</server_version>\n    <web_stopped>0</web_stopped>\n<br />\n<b>Deprecated</b>:  unserialize(): x<br />\n    <platforms>\n<platform><platform_name>x86_64</platform_name></platform>\n    </platforms>\n</project_config>\n";
+        let c = parse_project_config(body).unwrap();
+        assert_eq!((c.name.as_str(), c.server_version.as_str(), c.web_stopped), ("boinctest", "1.1.0", false));
+        assert!(parse_project_config(b"<project_config><web_stopped>1</web_stopped></project_config>").unwrap().web_stopped);
+        assert!(parse_project_config(b"<html>Not Found</html>").is_err());
     }
 }

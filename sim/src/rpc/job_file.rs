@@ -107,9 +107,10 @@ fn query_files(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f6
 }
 
 /// The script's clean-up before an error: PHP kept no temp file for a part
-/// over upload_max_filesize, so unlinking it warns (as captured).
+/// over upload_max_filesize or an empty one, so unlinking it warns (as
+/// captured).
 fn delete_uploaded_files(ctx: &Ctx, parts: &[FilePart], out: &mut XmlOut) {
-    for _ in parts.iter().filter(|p| p.too_big) {
+    for _ in parts.iter().filter(|p| p.too_big || p.no_file()) {
         out.push(&php_notice(&ctx.php_root(), "Warning", "unlink(): No such file or directory", "user/job_file.php", 177));
     }
 }
@@ -127,13 +128,11 @@ fn upload_files(ctx: &Ctx, c: &Connection, r: &Element, parts: &[FilePart], out:
     if names.iter().any(|n| !valid_filename(n)) {
         return Err(xml_fail("bad filename"));
     }
-    // Every part is checked before any is stored.
-    if let Some(part) = parts.iter().find(|p| p.too_big) {
+    // Every part is checked, in order, before any is stored.
+    if let Some(part) = parts.iter().find(|p| p.too_big || p.no_file()) {
         delete_uploaded_files(ctx, parts, out);
-        return Err(xml_fail(format!(
-            "{} upload failed because: The uploaded file exceeds upload_max_filesize of php.ini.",
-            part.filename
-        )));
+        let reason = if part.too_big { "The uploaded file exceeds upload_max_filesize of php.ini." } else { "No file was uploaded." };
+        return Err(xml_fail(format!("{} upload failed because: {reason}", part.filename)));
     }
     for (part, name) in parts.iter().zip(&names) {
         tracing::debug!(file = %name, client_name = %part.filename, bytes = part.data.len(), "upload");

@@ -9,7 +9,7 @@ use gahp_protocol::gahp::BlahResult;
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::blah::store::{self};
+use crate::blah::store;
 use crate::project::rpc::{Rpc, RpcError};
 use crate::project::submit_pipeline::PROJECT_DOWN;
 use crate::sequences::relocator::{SequenceError, StopSequence};

@@ -9,7 +9,7 @@ use gahp_protocol::gahp::blah::job_status;
 
 use super::*;
 use crate::blah::batch_zip::{self, SharedBatchZip};
-use crate::blah::map::{self};
+use crate::blah::map;
 use crate::blah::outputs::{deliver_done, held_ad, resolve_error};
 use crate::config::BlahConfig;
 use crate::project::output_fetcher::completed_job;

@@ -8,7 +8,7 @@ use gahp_protocol::gahp::sequence::{SequenceState, SequenceStatus, StepSelector}
 use gahp_protocol::gahp::BlahResult;
 
 use super::*;
-use crate::blah::map::{self};
+use crate::blah::map;
 use crate::blah::outputs::{held_ad, place_sequence, sequence_ad, sequence_failed};
 use crate::blah::placement::pool_placement;
 use crate::blah::sequence;

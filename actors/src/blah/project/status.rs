@@ -12,7 +12,8 @@ use gahp_protocol::gahp::BlahResult;
 use gahp_protocol::Authenticator;
 
 use super::*;
-use crate::blah::batch_zip::{self};
+use crate::blah::batch_zip;
+use crate::blah::map;
 use crate::blah::outputs::{held_ad, status_ad};
 use crate::blah::store::{self, Phase};
 use crate::project::rpc::{Rpc, RpcClient, RpcError};
@@ -155,7 +156,16 @@ impl BlahProject {
             return;
         }
         if status == job_status::HELD {
-            tracing::info!(batch, "holding the job: {}", ad.get_str("HoldReason").unwrap_or(""));
+            // The one line an admin greps for: which HTCondor job, which
+            // BOINC batch and job, and why.
+            let condor_job = job.ad.as_ref().and_then(map::condor_job_id).unwrap_or_else(|| "unknown".into());
+            tracing::warn!(
+                condor_job = %condor_job,
+                boinc_batch = %job.batch,
+                boinc_job = %batch,
+                "job held: {}",
+                ad.get_str("HoldReason").unwrap_or("")
+            );
         }
         let (b, text) = (batch.to_string(), ad.to_string());
         self.store.write("store a final status", move |c| store::set_phase(c, &b, Phase::Final, Some(status), Some(text)));

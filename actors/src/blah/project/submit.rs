@@ -10,7 +10,7 @@ use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::SubmitBatch;
 
 use super::*;
-use crate::blah::map::{self};
+use crate::blah::map;
 use crate::blah::outputs::held_ad;
 use crate::blah::sequence;
 use crate::blah::store::{self, JobRecord, Phase};

@@ -9,7 +9,7 @@ use gahp_protocol::boinc::{reply, request, Script};
 use gahp_protocol::Authenticator;
 
 use super::*;
-use crate::blah::store::{self};
+use crate::blah::store;
 use crate::clock::unix_now;
 use crate::project::rpc::{Rpc, RpcClient};
 
