@@ -1,0 +1,150 @@
+//! Writes the man page `boinc_gahp.1` into the directory given as the only
+//! argument. The synopsis and options come from the daemon's clap
+//! definition (`src/cli.rs`), so the page cannot drift from the binary;
+//! the sections clap does not model (how HTCondor runs the daemon, its
+//! environment and files) are added here.
+
+#![forbid(unsafe_code)]
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use boinc_gahp::cli::Cli;
+use clap::CommandFactory;
+use clap_mangen::roff::{bold, italic, roman, Inline, Roff};
+use clap_mangen::Man;
+
+const PAGE: &str = "boinc_gahp.1";
+
+/// A section of paragraphs, each a run of styled pieces.
+fn section(roff: &mut Roff, title: &str, paragraphs: Vec<Vec<Inline>>) {
+    roff.control("SH", [title]);
+    for p in paragraphs {
+        roff.control("PP", []);
+        roff.text(p);
+    }
+}
+
+/// A tagged list: each entry a bold term and its description.
+fn tagged(roff: &mut Roff, title: &str, entries: &[(&str, &str)]) {
+    roff.control("SH", [title]);
+    for (term, text) in entries {
+        roff.control("TP", []);
+        roff.text([bold(*term)]);
+        roff.text([roman(*text)]);
+    }
+}
+
+fn render(w: &mut dyn Write) -> io::Result<()> {
+    let cmd = Cli::command().version(env!("CARGO_PKG_VERSION"));
+    let has_subcommands = cmd.get_subcommands().next().is_some();
+    let man = Man::new(cmd).manual("boinc-gahp").source(concat!("boinc-gahp ", env!("CARGO_PKG_VERSION")));
+    man.render_title(w)?;
+    man.render_name_section(w)?;
+    man.render_synopsis_section(w)?;
+    man.render_description_section(w)?;
+
+    let mut roff = Roff::new();
+    section(
+        &mut roff,
+        "HTCONDOR",
+        vec![
+            vec![
+                roman("HTCondor's gridmanager starts "),
+                bold("boinc_gahp"),
+                roman(" with no arguments, as the submitting user, for jobs with "),
+                bold("grid_resource = batch boinc"),
+                roman(" (HTCondor 10.0 and later) or "),
+                bold("grid_resource = boinc"),
+                roman(
+                    " (HTCondor up to 9.x), and speaks the GAHP line protocol to it on standard input and output. \
+                   The program it starts is the one named by the configuration knob ",
+                ),
+                bold("BOINC_GAHP"),
+                roman("; the boinc-gahp package sets it in "),
+                italic("/etc/condor/config.d/50-boinc-gahp.conf"),
+                roman("."),
+            ],
+            vec![
+                roman("For batch boinc jobs each submitting user names the BOINC project in the "),
+                bold("[blah]"),
+                roman(" table of "),
+                italic("~/.config/boinc-gahp/config.toml"),
+                roman(" ("),
+                bold("project_url"),
+                roman(", "),
+                bold("authenticator_file"),
+                roman(", optionally "),
+                bold("default_app"),
+                roman(" or a "),
+                bold("pool"),
+                roman(" of projects)."),
+            ],
+        ],
+    );
+    roff.to_writer(w)?;
+
+    man.render_options_section(w)?;
+    // The packaged daemon has none (the demo needs the simulated project).
+    if has_subcommands {
+        man.render_subcommands_section(w)?;
+    }
+
+    let mut roff = Roff::new();
+    tagged(
+        &mut roff,
+        "ENVIRONMENT",
+        &[
+            ("BOINC_GAHP_CONFIG", "The configuration file, when --config is not given."),
+            (
+                "GAHP_SSL_CAFILE",
+                "A file of trust roots for https projects, added to the built-in ones (the gridmanager passes it when HTCondor has one).",
+            ),
+            ("GAHP_SSL_CADIR", "A directory of trust-root files, added likewise."),
+            ("XDG_STATE_HOME", "The default state directory is $XDG_STATE_HOME/boinc-gahp, else ~/.local/state/boinc-gahp."),
+        ],
+    );
+    tagged(
+        &mut roff,
+        "FILES",
+        &[
+            ("~/.config/boinc-gahp/config.toml", "The configuration file when neither --config nor BOINC_GAHP_CONFIG names one. Settings apply in this order, later wins: built-in defaults, the file, the environment, the command line."),
+            ("config.txt", "In the working directory: the project URL on line 1 and the authenticator on line 2 select an initial project, as BOINC's C GAHP does. A broken one is logged and ignored."),
+            ("~/.local/state/boinc-gahp/", "The durable state (MD5 cache, batch boinc jobs) and the log file boinc_gahp.log, rotated daily."),
+            ("/usr/share/doc/boinc-gahp/examples/", "The HTCondor configuration, job router routes, a pool of projects, a configuration file and submit files to start from."),
+        ],
+    );
+    tagged(
+        &mut roff,
+        "EXIT STATUS",
+        &[
+            ("0", "Standard input ended or the QUIT command came."),
+            ("1", "The daemon could not start, or stopped on an error it cannot go on from; the reason goes to standard error."),
+            ("2", "The configuration or a command-line value is invalid; the reason goes to standard error."),
+        ],
+    );
+    section(&mut roff, "SEE ALSO", vec![vec![bold("condor_submit"), roman("(1), "), bold("condor_q"), roman("(1)")]]);
+    roff.to_writer(w)?;
+    man.render_version_section(w)
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    let (Some(dir), None) = (args.next(), args.next()) else {
+        eprintln!("usage: boinc-gahp-manpage <output directory>");
+        return ExitCode::from(2);
+    };
+    let dest = PathBuf::from(dir).join(PAGE);
+    match gahp_actors::atomic_file::write_whole(&dest, |f| {
+        let mut w = io::BufWriter::new(f);
+        render(&mut w)?;
+        w.flush()
+    }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("boinc-gahp-manpage: can't write {}: {e}", dest.display());
+            ExitCode::FAILURE
+        }
+    }
+}
