@@ -122,6 +122,7 @@ fn render(w: &mut dyn Write) -> io::Result<()> {
             ("0", "Standard input ended or the QUIT command came."),
             ("1", "The daemon could not start, or stopped on an error it cannot go on from; the reason goes to standard error."),
             ("2", "The configuration or a command-line value is invalid; the reason goes to standard error."),
+            ("check", "boinc_gahp check exits 0 when every check passed (warnings allowed), 1 when one failed, 2 on a bad command line."),
         ],
     );
     section(&mut roff, "SEE ALSO", vec![vec![bold("condor_submit"), roman("(1), "), bold("condor_q"), roman("(1)")]]);
@@ -135,7 +136,13 @@ fn main() -> ExitCode {
         eprintln!("usage: boinc-gahp-manpage <output directory>");
         return ExitCode::from(2);
     };
-    let dest = PathBuf::from(dir).join(PAGE);
+    let dir = PathBuf::from(dir);
+    let dest = dir.join(PAGE);
+    // A fresh checkout has no target/man yet.
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("boinc-gahp-manpage: can't make {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
     match gahp_actors::atomic_file::write_whole(&dest, |f| {
         let mut w = io::BufWriter::new(f);
         render(&mut w)?;
