@@ -882,27 +882,13 @@ fn a_spoiled_batch_zip_falls_back_to_job_by_job_downloads() {
         assert_eq!(sim_calls(sim, "get_output.php:batch_files"), zips + 1, "{spoil}: one zip for the round");
         assert_eq!(sim_calls(sim, "get_output.php:workunit_file"), singles + alone, "{spoil}: job by job for what the zip lacked");
     }
-    let escaped: Vec<_> = walk(dir).into_iter().filter(|p| p.file_name().is_some_and(|n| n == "escaped")).collect();
+    let escaped: Vec<_> = gahp_testkit::files_under(dir).into_iter().filter(|p| p.file_name().is_some_and(|n| n == "escaped")).collect();
     assert!(escaped.is_empty(), "{escaped:?}");
-    let left: Vec<_> = walk(dir).into_iter().filter(|p| p.to_string_lossy().contains(".batch-outputs-")).collect();
+    let left: Vec<_> = gahp_testkit::files_under(dir).into_iter().filter(|p| p.to_string_lossy().contains(".batch-outputs-")).collect();
     assert!(left.is_empty(), "no zip left in the state directory: {left:?}");
     let log = log_text(dir);
     assert!(log.contains("fetching the outputs job by job"), "the refusals are logged");
     assert!(!log.contains("auth_str") && !log.contains(&sim.auth), "neither the URL nor the authenticator is logged");
-}
-
-/// Every file under `dir`.
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// How long a sequence job may take: its steps run one after another.

@@ -33,26 +33,13 @@ fn key_file(dir: &Path, name: &str, key: &str) -> String {
 
 fn probe_files_on(sim: &Sim) -> Vec<String> {
     let mut found = Vec::new();
-    for e in walk(sim.dir.path()) {
+    for e in gahp_testkit::files_under(sim.dir.path()) {
         let name = e.file_name().unwrap().to_string_lossy().to_string();
         if name.contains("check_probe") {
             found.push(name);
         }
     }
     found
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[test]

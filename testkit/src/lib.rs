@@ -12,3 +12,18 @@ pub mod sim_process;
 pub use blah_ad::blah_job_ad;
 pub use gahp_client::GahpClient;
 pub use sim_process::{http, SimProcess};
+
+/// Every file under `dir`, at any depth (for tests that look for what a
+/// run left behind).
+pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
