@@ -207,6 +207,9 @@ fn a_hundred_new_input_files_go_up_in_calls_of_twenty() {
         ["NULL"]
     );
     assert_eq!(sim.calls("job_file.php:upload_files"), 5, "nothing new to upload");
+    // The app's templates were asked for once: the second submit, within
+    // the period, used the first one's get_templates.
+    assert_eq!(sim.calls("submit_rpc_handler.php:get_templates"), 1);
 }
 
 #[test]

@@ -8,6 +8,7 @@ pub mod output_fetcher;
 pub mod rpc;
 pub mod submit_pipeline;
 pub mod submit_records;
+pub mod templates;
 pub mod tree;
 
 pub use key::ProjectKey;

@@ -33,12 +33,11 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::prelude::*;
-use futures_util::future::{LocalBoxFuture, Shared};
 use futures_util::StreamExt;
-use gahp_protocol::boinc::{CompletedJob, Templates};
+use gahp_protocol::boinc::CompletedJob;
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::Authenticator;
@@ -51,18 +50,13 @@ use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::rpc::{RpcClient, RpcError};
 use crate::project::submit_pipeline::{SubmitError, PROJECT_DOWN};
+use crate::project::templates::{TemplatesCache, TemplatesCall};
 use crate::project::tree::{ClientOf, SequencesOf};
 use crate::project::ProjectKey;
 use crate::projects::{Projects, TreeOf};
 use crate::sequences::relocator::SequenceRelocator;
 
-/// How long an app's templates are reused.
 pub use messages::*;
-
-const TEMPLATES_TTL: Duration = Duration::from_secs(60);
-
-/// One get_templates of an app, shared by everyone who waits for it.
-type TemplatesCall = Shared<LocalBoxFuture<'static, Result<Templates, RpcError>>>;
 
 /// Why a job could not be submitted; its text becomes the hold reason.
 #[derive(Debug, thiserror::Error)]
@@ -116,7 +110,7 @@ pub struct BlahProject {
     sequences: Option<Addr<SequenceRelocator>>,
     /// By BOINC job name.
     jobs: HashMap<String, Job>,
-    templates: HashMap<String, (Instant, TemplatesCall)>,
+    templates: TemplatesCache,
     /// Batches gathering jobs or being submitted.
     submitting: HashSet<String>,
     /// Batches being retired by this daemon.
@@ -233,7 +227,7 @@ impl BlahProject {
             rpc: None,
             sequences: None,
             jobs: HashMap::new(),
-            templates: HashMap::new(),
+            templates: TemplatesCache::default(),
             submitting: HashSet::new(),
             retired_batches: HashSet::new(),
             batch_ids: HashMap::new(),

@@ -4,8 +4,6 @@
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use futures_util::future::FutureExt;
-use gahp_protocol::boinc::{reply, request, Script};
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::SubmitBatch;
 
@@ -15,7 +13,6 @@ use crate::blah::outputs::held_ad;
 use crate::blah::sequence;
 use crate::blah::store::{self, JobRecord, Phase};
 use crate::clock::unix_now;
-use crate::project::rpc::Rpc;
 use crate::project::submit_pipeline::{RunPipeline, SubmitError, SubmitPipeline};
 
 impl BlahProject {
@@ -30,17 +27,8 @@ impl BlahProject {
     /// every submission and delivery that wants them meanwhile.
     pub(super) fn templates(&mut self, app: &str) -> Option<TemplatesCall> {
         let rpc = self.rpc.clone()?;
-        if let Some((at, call)) = self.templates.get(app) {
-            if at.elapsed() < TEMPLATES_TTL && !matches!(call.peek(), Some(Err(_))) {
-                return Some(call.clone());
-            }
-        }
-        let xml = request::get_templates_for_app(self.auth(), app);
         let deadline = Instant::now() + self.config.command_timeout;
-        let templates =
-            async move { rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_templates, deadline).await }.boxed_local().shared();
-        self.templates.insert(app.to_string(), (Instant::now(), templates.clone()));
-        Some(templates)
+        Some(self.templates.get(&rpc, &self.key.authenticator, app, deadline))
     }
 
     /// Closes a gathering batch and submits its members in the background:

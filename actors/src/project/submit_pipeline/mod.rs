@@ -36,6 +36,7 @@ use crate::clock::unix_now;
 use crate::config::DaemonConfig;
 use crate::file_stager::{FileStager, Stage, StagedFile};
 use crate::project::rpc::{backoff, Parse, Rpc, RpcClient, RpcError};
+use crate::project::templates::TemplatesCall;
 use crate::project::{submit_records, ProjectKey};
 use crate::state_db::StateDb;
 
@@ -113,8 +114,10 @@ pub struct SubmitPipeline {
     stager: Addr<FileStager>,
     db: StateDb,
     batch: Option<SubmitBatch>,
-    /// The app's templates when the caller has them (no get_templates).
+    /// The app's templates when the caller has them (no get_templates),
+    /// or the project's call for them that the caller shares.
     templates: Option<Templates>,
+    shared_templates: Option<TemplatesCall>,
     deadline: Instant,
 }
 
@@ -128,12 +131,19 @@ impl SubmitPipeline {
         batch: SubmitBatch,
         deadline: Instant,
     ) -> Self {
-        SubmitPipeline { key, config, rpc, stager, db, batch: Some(batch), templates: None, deadline }
+        SubmitPipeline { key, config, rpc, stager, db, batch: Some(batch), templates: None, shared_templates: None, deadline }
     }
 
     /// Uses these templates of the batch's app instead of asking for them.
     pub fn with_templates(mut self, templates: Templates) -> Self {
         self.templates = Some(templates);
+        self
+    }
+
+    /// Waits for this get_templates of the batch's app (a project's
+    /// cached call, `project::templates`) instead of making its own.
+    pub fn with_shared_templates(mut self, call: TemplatesCall) -> Self {
+        self.shared_templates = Some(call);
         self
     }
 }
@@ -158,12 +168,12 @@ impl Handler<RunPipeline> for SubmitPipeline {
             db: self.db.clone(),
             deadline: self.deadline,
         };
-        let (batch, templates) = (self.batch.take(), self.templates.take());
+        let (batch, templates, shared) = (self.batch.take(), self.templates.take(), self.shared_templates.take());
         Box::pin(
             async move {
                 let batch = batch.ok_or(SubmitError::Internal("pipeline ran twice"))?;
                 let name = batch.batch_name.clone();
-                let r = run.submit(batch, templates).await;
+                let r = run.submit(batch, templates, shared).await;
                 if let Err(e) = &r {
                     tracing::info!(batch = %name, "submit failed: {}", run.key.authenticator.redact_in(&e.to_string()));
                 }
@@ -203,7 +213,7 @@ enum BatchSlot {
 }
 
 impl Run {
-    async fn submit(&self, batch: SubmitBatch, templates: Option<Templates>) -> Step<()> {
+    async fn submit(&self, batch: SubmitBatch, templates: Option<Templates>, shared: Option<TemplatesCall>) -> Step<()> {
         if batch.jobs.is_empty() {
             return Err(SubmitError::NoJobs);
         }
@@ -214,9 +224,10 @@ impl Run {
         }
         let auth = &self.key.authenticator;
 
-        let templates = match templates {
-            Some(t) => t,
-            None => self
+        let templates = match (templates, shared) {
+            (Some(t), _) => t,
+            (None, Some(call)) => call.await.map_err(SubmitError::Templates)?,
+            (None, None) => self
                 .idempotent(Script::SubmitRpcHandler, request::get_templates_for_app(auth, &batch.app_name), reply::parse_templates)
                 .await
                 .map_err(SubmitError::Templates)?,
