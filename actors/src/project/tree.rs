@@ -87,7 +87,7 @@ impl Handler<Run> for ProjectTree {
                     match command_line::quote_args(&job.args) {
                         Ok(words) => job.args = words,
                         Err(e) => {
-                            let msg = format!("error submitting jobs: job {}: {e}", job.name);
+                            let msg = auth.redact_in(&format!("error submitting jobs: job {}: {e}", job.name));
                             log_failed_jobs(&batch.batch_name, batch.jobs.iter().map(|j| j.name.as_str()), &msg);
                             return Box::pin(async move { CommandResult::Error(msg) });
                         }
@@ -129,7 +129,7 @@ impl Handler<Run> for ProjectTree {
                 })
             }
             AsyncCommand::FetchOutput(fetch) => {
-                let fetcher = self.fetcher.clone();
+                let (fetcher, auth) = (self.fetcher.clone(), auth.clone());
                 let job = fetch.job_name.clone();
                 Box::pin(async move {
                     let result = fetcher
@@ -137,6 +137,9 @@ impl Handler<Run> for ProjectTree {
                         .await
                         .unwrap_or_else(|_| CommandResult::Error("get_output_file() returned -1 internal error".into()));
                     if let CommandResult::Error(reason) = &result {
+                        // Redacted here too: the line is logged before the
+                        // result is redacted below.
+                        let reason = auth.redact_in(reason);
                         tracing::warn!(condor_job = %condor_job_of(&job), boinc_job = %job, "fetching the job's outputs failed: {reason}");
                     }
                     result
