@@ -50,7 +50,8 @@ fn the_default_directory_has_the_links_the_config_and_the_directories_and_its_bl
     assert!(dir.join("log").is_dir() && dir.join("sandbox").is_dir());
     // Nothing but the layout in bin/ and etc/: no temporary names left.
     let names = |sub: &str| {
-        let mut v: Vec<String> = std::fs::read_dir(dir.join(sub)).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        let mut v: Vec<String> =
+            std::fs::read_dir(dir.join(sub)).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         v.sort();
         v
     };
@@ -122,8 +123,10 @@ fn a_missing_or_unusable_ft_gahp_and_an_unwritable_name_are_refused_with_what_to
     assert!(!bad.exists());
     // No condor_ft-gahp anywhere it looks (PATH emptied; this machine may
     // have HTCondor in /usr/sbin, so only check the message when it has not).
-    let out = Command::new(env!("CARGO_BIN_EXE_boinc_gahp")).arg("remote-layout").env("HOME", home.path()).env("PATH", "").output().unwrap();
-    let has_condor = ["/usr/sbin", "/usr/local/sbin", "/sbin", "/usr/libexec/condor"].iter().any(|d| Path::new(d).join("condor_ft-gahp").exists());
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_boinc_gahp")).arg("remote-layout").env("HOME", home.path()).env("PATH", "").output().unwrap();
+    let has_condor =
+        ["/usr/sbin", "/usr/local/sbin", "/sbin", "/usr/libexec/condor"].iter().any(|d| Path::new(d).join("condor_ft-gahp").exists());
     if !has_condor {
         assert_eq!(out.status.code(), Some(1));
         let err = String::from_utf8_lossy(&out.stderr);
