@@ -56,6 +56,11 @@ pub enum Command {
     /// pool), the authenticator, the apps, the upload limits and the state
     /// directory. Exit 0 if all is well, 1 if something failed.
     Check(crate::check::CheckArgs),
+    /// Make the directory HTCondor's ssh route (`grid_resource = batch boinc
+    /// user@host`) starts this daemon from, on the host that runs it, as the
+    /// user jobs log in as: DIR/bin/blahpd (this program), DIR/bin/condor_ft-gahp
+    /// (HTCondor's), DIR/etc/condor_config.ft-gahp, DIR/log, DIR/sandbox.
+    RemoteLayout(crate::remote_layout::RemoteLayoutArgs),
     /// Start a simulated BOINC project in process and drive the real daemon
     /// through a batch: submit, watch, fetch, summarise.
     #[cfg(feature = "sim")]
