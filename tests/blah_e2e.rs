@@ -734,6 +734,12 @@ fn many_jobs_cost_at_most_one_and_an_eighth_rpcs_each() {
     let ids: Vec<String> = blah_burst(&mut g, submits, WAIT).into_iter().map(|r| r[2].clone()).collect();
     let shared: std::collections::HashSet<String> = ids.iter().map(|id| batch_and_job(id).0).collect();
     eventually("every job is on the project", || sim.state()["jobs"].as_array().unwrap().len() == n);
+    // The web site is stopped while the jobs run, so that the daemon finds
+    // them all DONE at once. Its refreshes in that time are refused and
+    // counted; how many there are depends on how long the hosts take (the
+    // machine's load), not on the jobs, so they are left out of the budget.
+    let total_rpcs = || -> u64 { sim.state()["rpc_counts"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum() };
+    let before_stop = total_rpcs();
     sim_post(&sim, "web", r#"{"stopped": true}"#);
     let all_done = || sim.state()["jobs"].as_array().unwrap().iter().all(|j| j["status"] == "DONE");
     let until = Instant::now() + Duration::from_secs(600);
@@ -742,6 +748,7 @@ fn many_jobs_cost_at_most_one_and_an_eighth_rpcs_each() {
         std::thread::sleep(Duration::from_millis(500));
     }
     sim_post(&sim, "web", r#"{"stopped": false}"#);
+    let while_stopped = total_rpcs() - before_stop;
 
     // Poll as the gridmanager does: every job's status, in bursts.
     let until = Instant::now() + Duration::from_secs(600);
@@ -769,9 +776,12 @@ fn many_jobs_cost_at_most_one_and_an_eighth_rpcs_each() {
     });
     let state = sim.state();
     let counts = state["rpc_counts"].as_object().unwrap();
-    let total: u64 = counts.values().map(|v| v.as_u64().unwrap()).sum();
+    let total: u64 = counts.values().map(|v| v.as_u64().unwrap()).sum::<u64>() - while_stopped;
     let per_job = total as f64 / n as f64;
-    println!("{n} jobs in {} batches: {total} RPCs, {per_job:.3} per job: {counts:?}", shared.len());
+    println!(
+        "{n} jobs in {} batches: {total} RPCs ({while_stopped} more while the web site was stopped), {per_job:.3} per job: {counts:?}",
+        shared.len()
+    );
     assert!(per_job <= 1.125, "{per_job:.3} RPCs per job: {counts:?}");
     assert!(counts["get_output.php:batch_files"].as_u64().unwrap() >= shared.len() as u64, "{counts:?}");
 }
