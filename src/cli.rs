@@ -60,6 +60,8 @@ pub enum Command {
     /// through a batch: submit, watch, fetch, summarise.
     #[cfg(feature = "sim")]
     Demo(crate::demo::DemoArgs),
+    /// Manage the clients of `boinc_gahp serve` and their tokens.
+    Token(crate::serve::TokenArgs),
 }
 
 pub struct Settings {

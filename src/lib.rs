@@ -7,3 +7,4 @@ pub mod check;
 pub mod cli;
 #[cfg(feature = "sim")]
 pub mod demo;
+pub mod serve;
