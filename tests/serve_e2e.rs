@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use gahp_protocol::gahp::BlahCommand;
 
 struct Serve {
     child: Child,
@@ -186,9 +187,18 @@ fn a_client_runs_a_batch_through_serve_and_another_client_cannot_see_it() {
     assert_eq!(a.command(&async_cmd(id, AsyncCommand::Submit(bad))).unwrap(), ["E"]);
     let id = a.reqid();
     assert_eq!(a.command(&async_cmd(id, fetch("b1#1.0", "../../bob", "x"))).unwrap(), ["E"]);
-    // A project not in her token is refused.
+    // A project not in her token, and a pool file on this host, are refused.
     let other = Request::SelectProject { url: "http://127.0.0.1:9/other/".into(), authenticator: Authenticator::new("x") };
     assert_eq!(a.command(&other).unwrap(), ["E"]);
+    let pool = Request::SelectProject { url: "pool:/etc/boinc-gahp/pool.toml".into(), authenticator: Authenticator::new("-") };
+    assert_eq!(a.command(&pool).unwrap(), ["E"]);
+    // The BLAH dialect: a ping reaches her token's first project; a submit
+    // (its ad names files here) is not offered yet.
+    let ping = a.call(|id| Request::Blah { reqid: ReqId(id), command: BlahCommand::Ping { batch_type: "boinc".into() } }, WAIT);
+    assert_eq!(ping.unwrap(), ["0", "No error"]);
+    let ad = gahp_testkit::blah_job_ad(Path::new("in"), "job1", &[]);
+    let id = a.reqid();
+    assert_eq!(a.command(&Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }).unwrap(), ["E"]);
 
     // Bob, on the same BOINC account, gets for Alice's batch and jobs exactly
     // what he gets for ones that do not exist.
@@ -345,6 +355,44 @@ fn results_wait_for_a_client_that_comes_back_on_a_new_connection() {
     assert_eq!(r, ["NULL"]);
     assert!(a.results().unwrap().is_empty());
     assert_eq!(sim.batches_named("alice~r1").len(), 1);
+}
+
+#[test]
+fn connections_over_the_limit_are_closed_and_a_freed_slot_is_used_again() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let s = serve(dir.path(), &tokens, &["--insecure-loopback", "--max-connections", "1"]);
+    let connect = || {
+        Command::new(exe())
+            .args(["connect", &s.addr(), "--token-file", alice.to_str().unwrap(), "--insecure-loopback"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let before = s.open_fds();
+    let held = TcpStream::connect(s.addr()).unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while s.open_fds() <= before {
+        assert!(Instant::now() < until, "the held connection was never accepted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = connect();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("closed the connection before answering AUTH"), "{said}");
+    drop(held);
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = connect();
+        // stdin is empty: banner, then EOF ends the session.
+        if out.status.success() {
+            assert!(String::from_utf8_lossy(&out.stdout).starts_with("$GahpVersion"));
+            break;
+        }
+        assert!(Instant::now() < until, "the slot never came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
