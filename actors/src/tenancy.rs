@@ -109,19 +109,24 @@ impl Tenancy {
         })
     }
 
-    /// A result line as the client sees it: its names without the prefix.
+    /// A result line as the client sees it: its names without the prefix,
+    /// its paths relative to its area as it gave them (an error text names
+    /// no directory of this host).
     pub fn unname(&self, line: &[u8]) -> Vec<u8> {
-        let prefix = self.prefix();
-        let prefix = prefix.as_bytes();
-        let mut out = Vec::with_capacity(line.len());
-        let mut rest = line;
-        while let Some(at) = find(rest, prefix) {
-            out.extend_from_slice(&rest[..at]);
-            rest = &rest[at + prefix.len()..];
-        }
-        out.extend_from_slice(rest);
-        out
+        let area = format!("{}/", self.files.display());
+        remove_all(&remove_all(line, self.prefix().as_bytes()), area.as_bytes())
     }
+}
+
+fn remove_all(line: &[u8], what: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = find(rest, what) {
+        out.extend_from_slice(&rest[..at]);
+        rest = &rest[at + what.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -182,6 +187,7 @@ mod tests {
         assert_eq!(s.jobs[0].inputs[0].src, Path::new("/srv/clients/alice/files/in/x.dat"));
         assert_eq!(t.unname(b"1 NULL alice~j1 DONE alice~j2 ERROR"), b"1 NULL j1 DONE j2 ERROR");
         assert_eq!(t.unname(b"1 no\\ batch\\ named\\ alice~b9"), b"1 no\\ batch\\ named\\ b9");
+        assert_eq!(t.unname(b"1 can't\\ open\\ /srv/clients/alice/files/out/err"), b"1 can't\\ open\\ out/err");
         // Another client's prefix is left alone: it names nothing of alice's.
         assert_eq!(t.unname(b"bob~j1"), b"bob~j1");
     }

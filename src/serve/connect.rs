@@ -87,13 +87,16 @@ fn client_config(args: &ConnectArgs) -> Result<rustls::ClientConfig, String> {
 
 /// `AUTH`, its answer, then bytes both ways until the server closes.
 async fn bridge(mut stream: impl AsyncRead + AsyncWrite + Unpin, token: &str) -> Result<(), String> {
-    stream.write_all(format!("AUTH {token}\r\n").as_bytes()).await.map_err(|e| e.to_string())?;
+    // A server over its connection limit closes at once: say so, however
+    // the close shows (EOF or a reset).
+    let closed = |e: std::io::Error| format!("the server closed the connection before answering AUTH ({e})");
+    stream.write_all(format!("AUTH {token}\r\n").as_bytes()).await.map_err(closed)?;
     let mut buf = BytesMut::with_capacity(4096);
     let line = loop {
         if let Some(end) = buf.iter().position(|&b| b == b'\n') {
             break buf.split_to(end + 1);
         }
-        if buf.len() > 1024 || stream.read_buf(&mut buf).await.map_err(|e| e.to_string())? == 0 {
+        if buf.len() > 1024 || stream.read_buf(&mut buf).await.map_err(closed)? == 0 {
             return Err("the server closed the connection before answering AUTH".into());
         }
     };

@@ -180,14 +180,16 @@ pub async fn run(server: Server, listener: TcpListener) {
         let _ = tcp.set_nodelay(true);
         shared.open.set(shared.open.get() + 1);
         let conn = shared.clone();
+        // The handshake and the AUTH line share one deadline.
+        let deadline = tokio::time::Instant::now() + shared.server.limits.auth_timeout;
         actix_rt::spawn(async move {
             match conn.server.tls.clone() {
-                Some(acceptor) => match tokio::time::timeout(conn.server.limits.auth_timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => connection(&conn, tls, peer).await,
+                Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => connection(&conn, tls, peer, deadline).await,
                     Ok(Err(e)) => tracing::info!(%peer, "refused a connection: TLS handshake failed: {e}"),
                     Err(_) => tracing::info!(%peer, "refused a connection: no TLS handshake in time"),
                 },
-                None => connection(&conn, tcp, peer).await,
+                None => connection(&conn, tcp, peer, deadline).await,
             }
             conn.open.set(conn.open.get() - 1);
         });
@@ -216,10 +218,15 @@ async fn auth_line(stream: &mut (impl AsyncRead + Unpin), rest: &mut BytesMut) -
     }
 }
 
-async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(shared: &Rc<Shared>, mut stream: S, peer: SocketAddr) {
+async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
+    shared: &Rc<Shared>,
+    mut stream: S,
+    peer: SocketAddr,
+    deadline: tokio::time::Instant,
+) {
     let limits = shared.server.limits.clone();
     let mut rest = BytesMut::new();
-    let token = match tokio::time::timeout(limits.auth_timeout, auth_line(&mut stream, &mut rest)).await {
+    let token = match tokio::time::timeout_at(deadline, auth_line(&mut stream, &mut rest)).await {
         Ok(Ok(t)) => t,
         Ok(Err(why)) => {
             tracing::info!(%peer, "refused a connection: {}", if why.is_empty() { "closed before AUTH" } else { why });
