@@ -65,6 +65,14 @@ pub enum Command {
     /// through a batch: submit, watch, fetch, summarise.
     #[cfg(feature = "sim")]
     Demo(crate::demo::DemoArgs),
+    /// Manage the clients of `boinc_gahp serve` and their tokens.
+    Token(crate::serve::TokenArgs),
+    /// Serve GAHP over TLS to many first tiers, each proving a token
+    /// (docs/serve.md).
+    Serve(crate::serve::ServeArgs),
+    /// Bridge stdin/stdout to a `boinc_gahp serve`: what HTCondor's
+    /// BOINC_GAHP or BATCH_GAHP runs to use a remote second tier.
+    Connect(crate::serve::connect::ConnectArgs),
 }
 
 pub struct Settings {

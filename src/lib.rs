@@ -8,3 +8,4 @@ pub mod cli;
 #[cfg(feature = "sim")]
 pub mod demo;
 pub mod remote_layout;
+pub mod serve;

@@ -19,6 +19,9 @@ fn main() -> ExitCode {
     match &cli.command {
         Some(boinc_gahp::cli::Command::Check(args)) => boinc_gahp::check::run(&cli, args),
         Some(boinc_gahp::cli::Command::RemoteLayout(args)) => boinc_gahp::remote_layout::run(args),
+        Some(boinc_gahp::cli::Command::Token(args)) => boinc_gahp::serve::token(args),
+        Some(boinc_gahp::cli::Command::Serve(args)) => boinc_gahp::serve::serve(&cli, args),
+        Some(boinc_gahp::cli::Command::Connect(args)) => boinc_gahp::serve::connect::run(args),
         // The demo reads no user config: a broken one must not break it.
         #[cfg(feature = "sim")]
         Some(boinc_gahp::cli::Command::Demo(args)) => match boinc_gahp::demo::run(args.clone()) {

@@ -7,7 +7,11 @@
 //! through a `Recipient` of a message defined at its own level.
 //!
 //! ```text
-//! front ends       session            stdin/stdout: parses lines, answers at once, dispatches
+//! front ends       session            stdin/stdout (or a served client's connection): parses
+//!                                     lines, answers at once, dispatches
+//!                  runtime            the actors behind a session, over one state directory
+//!                  tenancy            what a client of `serve` may do: its projects, its file
+//!                                     area, its names kept apart from other clients'
 //!                  blah/              the BLAH_* front end: jobs (dispatcher), project/
 //!                                     (one actor per BOINC project: submit, status,
 //!                                     delivery, abort, upkeep, sequences), map (ad ->
@@ -57,9 +61,11 @@ pub mod file_stager;
 pub mod project;
 pub mod projects;
 pub mod result_queue;
+pub mod runtime;
 pub mod sequences;
 pub mod session;
 pub mod state_db;
+pub mod tenancy;
 
 pub use config::DaemonConfig;
 

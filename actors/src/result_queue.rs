@@ -65,7 +65,11 @@ pub struct SetSession(pub Recipient<Notify>);
 impl Handler<SetSession> for ResultQueue {
     type Result = ();
     fn handle(&mut self, msg: SetSession, _: &mut Context<Self>) {
+        // A new session (a served client back on a new connection) starts
+        // in synchronous mode and owes no RESULTS for an earlier `R`.
         self.session = Some(msg.0);
+        self.async_mode = false;
+        self.notified = false;
     }
 }
 

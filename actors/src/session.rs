@@ -4,25 +4,24 @@
 //! it is written).
 
 use std::io::{self, Write};
-use std::sync::Arc;
 
 use actix::prelude::*;
 use bytes::BytesMut;
+use futures_util::Stream;
 use gahp_protocol::gahp::{self, Frame, LineFramer, ReqId, Request, ReturnLine};
+use gahp_protocol::Authenticator;
 use tokio::io::AsyncRead;
 use tokio_util::codec::{Decoder, FramedRead};
 
 use crate::blah::jobs::{BlahDispatch, BlahJobs};
-use crate::blah::store::{BlahStore, Gathering};
 use crate::broker::pools::{PoolDispatch, Pools};
 use crate::broker::sequences::PoolDispatchSequence;
 use crate::config::DaemonConfig;
-use crate::file_stager::FileStager;
 use crate::project::ProjectKey;
-use crate::projects::{Dispatch, DispatchSequence, Projects, SetPools};
+use crate::projects::{Dispatch, DispatchSequence, Projects};
 use crate::result_queue::{Accept, Drain, Notify, ResultQueue, SetAsync, SetSession};
-use crate::sequences::relocator::PoolLink;
-use crate::state_db::StateDb;
+use crate::runtime::Runtime;
+use crate::tenancy::Tenancy;
 
 /// Request lines longer than this are refused with `E` without being kept
 /// in memory (a 100,000-job BOINC_SUBMIT is about 15 MB).
@@ -41,10 +40,37 @@ pub struct Session {
     queue: Addr<ResultQueue>,
     projects: Addr<Projects>,
     blah: Addr<BlahJobs>,
+    /// A client of `boinc_gahp serve`: what it may do (None: stdio).
+    tenancy: Option<Tenancy>,
+    /// Itself, to end itself where no context is at hand.
+    me: Option<Addr<Session>>,
+    /// Ended (a served client went away): nothing more is written.
+    ended: bool,
 }
 
 impl Actor for Session {
     type Context = Context<Self>;
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        if let Some(t) = &self.tenancy {
+            tracing::info!(client = %t.client, "session ended");
+        }
+    }
+}
+
+/// Ends a served session (its client went away, was replaced by a new
+/// connection, or was revoked); the stdio daemon exits instead.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EndSession;
+
+impl Handler<EndSession> for Session {
+    type Result = ();
+    fn handle(&mut self, _: EndSession, ctx: &mut Context<Self>) {
+        self.ended = true;
+        self.me = None;
+        ctx.stop();
+    }
 }
 
 impl Session {
@@ -52,20 +78,68 @@ impl Session {
     /// turn: shared bodies are written from where they are, not copied
     /// into one buffer); nothing else writes in between, this actor being
     /// the only writer. A client that went away ends the daemon like EOF.
+    /// A served client's lines name its batches and jobs as it does.
     fn write_lines<'a>(&mut self, lines: impl IntoIterator<Item = [&'a [u8]; 2]>) {
+        if self.ended {
+            return;
+        }
         let write = || -> io::Result<()> {
             for [head, tail] in lines {
                 self.out.write_all(&self.prefix)?;
-                self.out.write_all(head)?;
-                self.out.write_all(tail)?;
+                match &self.tenancy {
+                    None => {
+                        self.out.write_all(head)?;
+                        self.out.write_all(tail)?;
+                    }
+                    Some(t) => {
+                        self.out.write_all(&t.unname(head))?;
+                        self.out.write_all(&t.unname(tail))?;
+                    }
+                }
                 self.out.write_all(b"\n")?;
             }
             self.out.flush()
         };
         if let Err(e) = write() {
-            tracing::info!("stdout closed ({e}); exiting");
+            self.end(&format!("output closed ({e})"));
+        }
+    }
+
+    /// EOF, QUIT, a failed read or write: the stdio daemon exits; a served
+    /// client's session ends, its runtime and results stay for its return.
+    fn end(&mut self, why: &str) {
+        if self.tenancy.is_none() {
+            tracing::info!("{why}; exiting");
             exit_now();
         }
+        if !self.ended {
+            tracing::info!("{why}; ending the session");
+            self.ended = true;
+        }
+        if let Some(me) = self.me.take() {
+            me.do_send(EndSession);
+        }
+    }
+
+    /// The request as this host runs it (see `Tenancy::rewrite`).
+    fn for_client(&self, req: Request) -> Result<Request, crate::tenancy::Refusal> {
+        match &self.tenancy {
+            Some(t) => t.rewrite(req),
+            None => Ok(req),
+        }
+    }
+
+    /// BOINC_SELECT_PROJECT of a served client: one of its projects, with
+    /// the authenticator its token was given (whatever it sent).
+    fn select_for_client(&self, url: &str) -> Result<ProjectKey, String> {
+        let Some(t) = &self.tenancy else { return Err("no tenancy".into()) };
+        if url.starts_with(POOL_PREFIX) {
+            return Err(crate::tenancy::Refusal::Pool.to_string());
+        }
+        let file = t.authenticator_file(url).map_err(|e| e.to_string())?;
+        let text = std::fs::read_to_string(file).map_err(|e| format!("can't read the authenticator file of {url}: {e}"))?;
+        let key = text.split_whitespace().next().ok_or_else(|| format!("the authenticator file of {url} is empty"))?;
+        Ok(ProjectKey::new(url, Authenticator::new(key)))
     }
 
     fn reply(&mut self, line: ReturnLine) {
@@ -79,7 +153,7 @@ impl Session {
             Request::Version => self.reply(ReturnLine::Version),
             Request::Quit => {
                 self.reply(ReturnLine::Success);
-                exit_now();
+                self.end("QUIT");
             }
             Request::Results => {
                 // Nothing else is read or written until the block is out, so
@@ -100,6 +174,16 @@ impl Session {
                 self.reply(ReturnLine::Success);
                 self.prefix = prefix;
             }
+            Request::SelectProject { url, .. } if self.tenancy.is_some() => match self.select_for_client(&url) {
+                Ok(key) => {
+                    self.current = Some(key);
+                    self.reply(ReturnLine::Success);
+                }
+                Err(e) => {
+                    tracing::warn!("refused BOINC_SELECT_PROJECT: {e}");
+                    self.reply(ReturnLine::Error);
+                }
+            },
             Request::SelectProject { url, authenticator } => {
                 match url.strip_prefix(POOL_PREFIX) {
                     Some(path) => {
@@ -152,27 +236,30 @@ impl StreamHandler<io::Result<Frame>> for Session {
     fn handle(&mut self, item: io::Result<Frame>, ctx: &mut Context<Self>) {
         match item {
             Ok(Frame::Line(line)) => match gahp::request::parse(&line) {
-                Ok(req) => self.handle_request(req, ctx),
+                Ok(req) => match self.for_client(req) {
+                    Ok(req) => self.handle_request(req, ctx),
+                    Err(e) => {
+                        tracing::warn!("refused request: {e}");
+                        self.reply(ReturnLine::Error);
+                    }
+                },
                 Err(e) => {
                     tracing::warn!("refused request line: {e}");
                     self.reply(ReturnLine::Error);
                 }
             },
             Ok(Frame::TooLong) => {
-                tracing::warn!("refused a request line longer than {MAX_LINE} bytes");
+                tracing::warn!("refused a request line longer than the limit");
                 self.reply(ReturnLine::Error);
             }
-            Err(e) => {
-                tracing::info!("stdin failed ({e}); exiting");
-                exit_now();
-            }
+            Err(e) => self.end(&format!("input failed ({e})")),
         }
     }
 
     fn finished(&mut self, _: &mut Context<Self>) {
-        // EOF on stdin: like QUIT, without a reply; in-flight work is abandoned.
-        tracing::info!("stdin closed; exiting");
-        exit_now();
+        // EOF: like QUIT, without a reply; the stdio daemon abandons
+        // in-flight work, a served client's runtime goes on with it.
+        self.end("input closed");
     }
 }
 
@@ -190,8 +277,8 @@ fn exit_now() -> ! {
     std::process::exit(0)
 }
 
-/// Frames stdin into logical lines with the protocol crate's framer.
-struct GahpDecoder(LineFramer);
+/// Frames input into logical lines with the protocol crate's framer.
+pub struct GahpDecoder(pub LineFramer);
 
 impl Decoder for GahpDecoder {
     type Item = Frame;
@@ -212,46 +299,53 @@ pub struct DaemonHandles {
     pub projects: Addr<Projects>,
 }
 
-/// Starts the actor system's daemon side; call inside a running actix System.
-/// Writes the banner first, as the gridmanager expects before anything else.
+/// Starts the stdio daemon: a runtime and its session on `input`/`output`;
+/// call inside a running actix System. EOF or QUIT ends the process.
 pub fn start_daemon(
     config: DaemonConfig,
     input: impl AsyncRead + Unpin + 'static,
-    mut output: Box<dyn Write>,
+    output: Box<dyn Write>,
     initial_project: Option<ProjectKey>,
 ) -> io::Result<DaemonHandles> {
-    let config = Arc::new(config);
-    output.write_all(gahp::BANNER.as_bytes())?;
-    output.write_all(b"\n")?;
-    output.flush()?;
+    let runtime = Runtime::start(config)?;
+    let frames = FramedRead::new(input, GahpDecoder(LineFramer::new(MAX_LINE)));
+    let session = Session::attach(&runtime, frames, output, initial_project, None)?;
+    Ok(DaemonHandles { session, queue: runtime.queue, projects: runtime.projects })
+}
 
-    let db = StateDb::open(&config.state_dir, crate::SCHEMA)?;
-    match crate::sequences::store::sweep_leftovers(&config.state_dir) {
-        Ok(0) => {}
-        Ok(n) => tracing::info!(files = n, "removed temporary files a killed daemon left in the sequence content store"),
-        Err(e) => tracing::warn!("can't sweep the sequence content store: {e}"),
+impl Session {
+    /// A session on `frames` and `output` for `runtime`, which then writes
+    /// its notifications to it. The banner is written first, as the
+    /// gridmanager expects before anything else. With a tenancy (`serve`),
+    /// EOF, QUIT or a failed write end this session only.
+    pub fn attach(
+        runtime: &Runtime,
+        frames: impl Stream<Item = io::Result<Frame>> + 'static,
+        mut output: Box<dyn Write>,
+        initial_project: Option<ProjectKey>,
+        tenancy: Option<Tenancy>,
+    ) -> io::Result<Addr<Session>> {
+        output.write_all(gahp::BANNER.as_bytes())?;
+        output.write_all(b"\n")?;
+        output.flush()?;
+        let tenancy_some = tenancy.is_some();
+        let session = Session::create(|ctx| {
+            ctx.add_stream(frames);
+            Session {
+                out: output,
+                prefix: Vec::new(),
+                current: initial_project,
+                pool: None,
+                pools: runtime.pools.clone(),
+                queue: runtime.queue.clone(),
+                projects: runtime.projects.clone(),
+                blah: runtime.blah.clone(),
+                tenancy,
+                me: tenancy_some.then(|| ctx.address()),
+                ended: false,
+            }
+        });
+        runtime.queue.do_send(SetSession(session.clone().recipient()));
+        Ok(session)
     }
-    let stager = FileStager::new(db.clone(), config.hash_threads).start();
-    let queue = ResultQueue::default().start();
-    let projects = Projects::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();
-    let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
-    projects.do_send(SetPools(PoolLink::to(pools.clone())));
-    let gathering = Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs);
-    let blah =
-        BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db, gathering)?, pools.clone()).start();
-    let session = Session::create(|ctx| {
-        ctx.add_stream(FramedRead::new(input, GahpDecoder(LineFramer::new(MAX_LINE))));
-        Session {
-            out: output,
-            prefix: Vec::new(),
-            current: initial_project,
-            pool: None,
-            pools,
-            queue: queue.clone(),
-            projects: projects.clone(),
-            blah,
-        }
-    });
-    queue.do_send(SetSession(session.clone().recipient()));
-    Ok(DaemonHandles { session, queue, projects })
 }

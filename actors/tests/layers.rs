@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// Top to bottom. A module belongs to the layer of the first entry that
 /// is it or one of its ancestors.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("front ends", &["session", "blah"]),
+    ("front ends", &["session", "runtime", "tenancy", "blah"]),
     ("multi-project", &["broker"]),
     ("one project", &["projects", "project", "sequences"]),
     ("shared services", &["state_db", "file_stager", "result_queue", "config", "clock", "atomic_file"]),

@@ -1,0 +1,50 @@
+//! The daemon's actors behind a session: result queue, project registry,
+//! broker and BLAH front end over one state directory. The stdio daemon
+//! builds one; `boinc_gahp serve` one per client.
+
+use std::io;
+use std::sync::Arc;
+
+use actix::prelude::*;
+
+use crate::blah::jobs::BlahJobs;
+use crate::blah::store::{BlahStore, Gathering};
+use crate::broker::pools::Pools;
+use crate::config::DaemonConfig;
+use crate::file_stager::FileStager;
+use crate::projects::{Projects, SetPools};
+use crate::result_queue::ResultQueue;
+use crate::sequences::relocator::PoolLink;
+use crate::state_db::StateDb;
+
+#[derive(Clone)]
+pub struct Runtime {
+    pub config: Arc<DaemonConfig>,
+    pub queue: Addr<ResultQueue>,
+    pub projects: Addr<Projects>,
+    pub pools: Addr<Pools>,
+    pub blah: Addr<BlahJobs>,
+}
+
+impl Runtime {
+    /// Opens the state and starts the actors; call inside a running actix
+    /// System.
+    pub fn start(config: DaemonConfig) -> io::Result<Runtime> {
+        let config = Arc::new(config);
+        let db = StateDb::open(&config.state_dir, crate::SCHEMA)?;
+        match crate::sequences::store::sweep_leftovers(&config.state_dir) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(files = n, "removed temporary files a killed daemon left in the sequence content store"),
+            Err(e) => tracing::warn!("can't sweep the sequence content store: {e}"),
+        }
+        let stager = FileStager::new(db.clone(), config.hash_threads).start();
+        let queue = ResultQueue::default().start();
+        let projects = Projects::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();
+        let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
+        projects.do_send(SetPools(PoolLink::to(pools.clone())));
+        let gathering = Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs);
+        let blah =
+            BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db, gathering)?, pools.clone()).start();
+        Ok(Runtime { config, queue, projects, pools, blah })
+    }
+}

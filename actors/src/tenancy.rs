@@ -1,0 +1,218 @@
+//! What one client of `boinc_gahp serve` may do in its session: use its own
+//! projects with the authenticators the admin gave it (whatever it sends),
+//! name files only under its own directory on this host, and see only its
+//! own batches and jobs.
+//!
+//! Names are kept apart by a prefix: every batch and job name a client sends
+//! goes to the project as `<client>~<name>` and comes back without it. Two
+//! clients on one BOINC account then never name the same batch, and a
+//! client asking for another's batch asks for one that does not exist, so
+//! it gets exactly the server's own "no such batch" answer (client names
+//! have no `~`, so no client's names can be written as another's).
+
+use std::path::{Component, Path, PathBuf};
+
+use gahp_protocol::gahp::{AsyncCommand, BlahCommand, Request};
+
+/// Between the client's name and each of its batch and job names.
+pub const NAME_SEPARATOR: char = '~';
+
+#[derive(Debug, Clone)]
+pub struct Tenancy {
+    /// The client's name (a token's name: `[A-Za-z0-9._-]`).
+    pub client: String,
+    /// The projects it may select, each with its authenticator file here.
+    pub projects: Vec<(String, PathBuf)>,
+    /// Its file area: every path it names is relative to this.
+    pub files: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum Refusal {
+    #[error("project {0} is not one of this client's")]
+    Project(String),
+    #[error("pools are not offered by this server")]
+    Pool,
+    #[error("path {0:?} is not a relative path inside the client's area")]
+    Path(PathBuf),
+    #[error("{0} is not offered by this server yet")]
+    Unsupported(&'static str),
+}
+
+impl Tenancy {
+    fn prefix(&self) -> String {
+        format!("{}{NAME_SEPARATOR}", self.client)
+    }
+
+    fn name(&self, n: &str) -> String {
+        format!("{}{n}", self.prefix())
+    }
+
+    /// The authenticator file of a project URL the client may use.
+    pub fn authenticator_file(&self, url: &str) -> Result<&Path, Refusal> {
+        let want = url.trim_end_matches('/');
+        self.projects
+            .iter()
+            .find(|(u, _)| u.trim_end_matches('/') == want)
+            .map(|(_, f)| f.as_path())
+            .ok_or_else(|| Refusal::Project(url.into()))
+    }
+
+    /// A client's path: relative, no `..`, resolved in its area.
+    fn path(&self, p: &Path) -> Result<PathBuf, Refusal> {
+        Ok(self.files.join(inside(p)?))
+    }
+
+    /// The request as this host runs it: names prefixed, paths in the
+    /// client's area. Project selection is the session's (it reads the
+    /// authenticator); what serve does not offer is refused.
+    pub fn rewrite(&self, req: Request) -> Result<Request, Refusal> {
+        Ok(match req {
+            Request::Async { reqid, command } => Request::Async { reqid, command: self.command(command)? },
+            Request::Sequence { .. } => return Err(Refusal::Unsupported("BOINC_SEQUENCE_*")),
+            Request::Blah { command: BlahCommand::JobSubmit { .. }, .. } => return Err(Refusal::Unsupported("BLAH_JOB_SUBMIT")),
+            other => other,
+        })
+    }
+
+    fn command(&self, command: AsyncCommand) -> Result<AsyncCommand, Refusal> {
+        Ok(match command {
+            AsyncCommand::Ping => AsyncCommand::Ping,
+            AsyncCommand::Submit(mut s) => {
+                s.batch_name = self.name(&s.batch_name);
+                for job in &mut s.jobs {
+                    job.name = self.name(&job.name);
+                    for input in &mut job.inputs {
+                        input.src = self.path(&input.src)?;
+                    }
+                }
+                AsyncCommand::Submit(s)
+            }
+            AsyncCommand::QueryBatches { min_mod_time, batches } => {
+                AsyncCommand::QueryBatches { min_mod_time, batches: batches.iter().map(|b| self.name(b)).collect() }
+            }
+            AsyncCommand::FetchOutput(mut f) => {
+                f.job_name = self.name(&f.job_name);
+                f.dir = self.path(&f.dir)?;
+                // Relative to `dir`, which is inside the area.
+                // (Output names land there too before their rename.)
+                f.stderr_file = inside_or_discarded(&f.stderr_file)?;
+                for spec in &mut f.specs {
+                    inside(Path::new(&spec.src))?;
+                    spec.dst = inside(&spec.dst)?;
+                }
+                AsyncCommand::FetchOutput(f)
+            }
+            AsyncCommand::AbortJobs { jobs } => AsyncCommand::AbortJobs { jobs: jobs.iter().map(|j| self.name(j)).collect() },
+            AsyncCommand::RetireBatch { batch } => AsyncCommand::RetireBatch { batch: self.name(&batch) },
+            AsyncCommand::SetLease { batch, lease_time } => AsyncCommand::SetLease { batch: self.name(&batch), lease_time },
+        })
+    }
+
+    /// A result line as the client sees it: its names without the prefix,
+    /// its paths relative to its area as it gave them (an error text names
+    /// no directory of this host).
+    pub fn unname(&self, line: &[u8]) -> Vec<u8> {
+        let area = format!("{}/", self.files.display());
+        remove_all(&remove_all(line, self.prefix().as_bytes()), area.as_bytes())
+    }
+}
+
+fn remove_all(line: &[u8], what: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = find(rest, what) {
+        out.extend_from_slice(&rest[..at]);
+        rest = &rest[at + what.len()..];
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `p` if it is relative and stays below where it starts.
+fn inside(p: &Path) -> Result<PathBuf, Refusal> {
+    let ok = !p.as_os_str().is_empty() && p.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if ok {
+        Ok(p.to_path_buf())
+    } else {
+        Err(Refusal::Path(p.to_path_buf()))
+    }
+}
+
+/// Like [`inside`], and `/dev/null` (what the gridmanager passes for a
+/// stderr it does not want; it is appended to, never replaced) stays itself.
+fn inside_or_discarded(p: &Path) -> Result<PathBuf, Refusal> {
+    if p == Path::new(DISCARD) {
+        return Ok(p.to_path_buf());
+    }
+    inside(p)
+}
+
+const DISCARD: &str = "/dev/null";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gahp_protocol::gahp::{FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, SubmitBatch};
+
+    fn alice() -> Tenancy {
+        Tenancy {
+            client: "alice".into(),
+            projects: vec![("http://127.0.0.1:1/p/".into(), "/etc/a.auth".into())],
+            files: "/srv/clients/alice/files".into(),
+        }
+    }
+
+    fn submit(src: &str) -> Request {
+        Request::Async {
+            reqid: ReqId(1),
+            command: AsyncCommand::Submit(SubmitBatch {
+                batch_name: "b1".into(),
+                app_name: "app".into(),
+                jobs: vec![JobSpec { name: "j1".into(), args: vec![], inputs: vec![InputFile { src: src.into(), dst_name: "in".into() }] }],
+                params: JobParams::default(),
+            }),
+        }
+    }
+
+    #[test]
+    fn names_go_out_prefixed_and_come_back_bare_and_paths_land_in_the_area() {
+        let t = alice();
+        let Ok(Request::Async { command: AsyncCommand::Submit(s), .. }) = t.rewrite(submit("in/x.dat")) else { panic!() };
+        assert_eq!((s.batch_name.as_str(), s.jobs[0].name.as_str()), ("alice~b1", "alice~j1"));
+        assert_eq!(s.jobs[0].inputs[0].src, Path::new("/srv/clients/alice/files/in/x.dat"));
+        assert_eq!(t.unname(b"1 NULL alice~j1 DONE alice~j2 ERROR"), b"1 NULL j1 DONE j2 ERROR");
+        assert_eq!(t.unname(b"1 no\\ batch\\ named\\ alice~b9"), b"1 no\\ batch\\ named\\ b9");
+        assert_eq!(t.unname(b"1 can't\\ open\\ /srv/clients/alice/files/out/err"), b"1 can't\\ open\\ out/err");
+        // Another client's prefix is left alone: it names nothing of alice's.
+        assert_eq!(t.unname(b"bob~j1"), b"bob~j1");
+    }
+
+    #[test]
+    fn paths_outside_the_area_and_what_serve_does_not_offer_are_refused() {
+        let t = alice();
+        for bad in ["/etc/passwd", "../bob/files/x", "a/../../x", ""] {
+            assert_eq!(t.rewrite(submit(bad)), Err(Refusal::Path(bad.into())), "{bad}");
+        }
+        let fetch = |dir: &str, dst: &str| Request::Async {
+            reqid: ReqId(2),
+            command: AsyncCommand::FetchOutput(FetchOutput {
+                job_name: "j1".into(),
+                dir: dir.into(),
+                stderr_file: "err".into(),
+                mode: FetchMode::Some,
+                specs: vec![OutputSpec { src: "out".into(), dst: dst.into() }],
+            }),
+        };
+        assert!(t.rewrite(fetch("out", "o.txt")).is_ok());
+        assert!(t.rewrite(fetch("out", "/dev/null")).is_err(), "a rename over /dev/null");
+        assert!(t.rewrite(fetch("/tmp", "o.txt")).is_err());
+        assert!(t.rewrite(fetch("out", "/home/x/.ssh/authorized_keys")).is_err());
+        assert_eq!(t.authenticator_file("http://127.0.0.1:1/p"), Ok(Path::new("/etc/a.auth")));
+        assert!(t.authenticator_file("http://127.0.0.1:1/other/").is_err());
+    }
+}

@@ -1,0 +1,399 @@
+//! The listener of `boinc_gahp serve`: TLS (or plain TCP on loopback with
+//! `--insecure-loopback`), the `AUTH` line, and per client a runtime kept
+//! across its connections (docs/serve.md).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use actix::prelude::*;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
+use gahp_actors::runtime::Runtime;
+use gahp_actors::session::{EndSession, GahpDecoder, Session};
+use gahp_actors::tenancy::Tenancy;
+use gahp_actors::DaemonConfig;
+use gahp_protocol::gahp::{Frame, LineFramer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::codec::FramedRead;
+
+use super::tokens::{Client, Token, TokensFile};
+
+/// How a connection is guarded; every field has a `serve` flag.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub auth_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_line: usize,
+    /// Request lines per second a client may send (a burst of one second's
+    /// worth); beyond it its lines are read later, not refused.
+    pub commands_per_sec: u32,
+    /// Bytes written to a client and not yet taken by it; a client that
+    /// lets more pile up is disconnected (its results stay queued).
+    pub max_unread_bytes: usize,
+}
+
+/// The longest `AUTH` line read.
+const MAX_AUTH_LINE: usize = 1024;
+
+pub struct Server {
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
+    pub tokens: PathBuf,
+    pub base: DaemonConfig,
+    pub limits: Limits,
+}
+
+/// One client: its runtime (results, batches, jobs), started at its first
+/// connection and kept while serve runs, and its current session.
+struct Tenant {
+    runtime: Runtime,
+    tenancy: Tenancy,
+    session: Option<Addr<Session>>,
+}
+
+struct Shared {
+    server: Server,
+    tenants: RefCell<HashMap<String, Tenant>>,
+    open: Cell<usize>,
+    /// The tokens file as last read, and when it was written then.
+    tokens: RefCell<(Option<SystemTime>, Rc<TokensFile>)>,
+}
+
+/// The `S`/`E` answer to the `AUTH` line, with the reason in words.
+fn answer(ok: bool, why: &str) -> Vec<u8> {
+    let word = if ok { "S" } else { "E" };
+    if why.is_empty() {
+        format!("{word}\r\n").into_bytes()
+    } else {
+        format!("{word} {}\r\n", why.replace('\\', "\\\\").replace(' ', "\\ ")).into_bytes()
+    }
+}
+
+impl Shared {
+    /// The tokens file, read again when it changed: a revoked token fails
+    /// at its next connection.
+    fn tokens(&self) -> Result<Rc<TokensFile>, String> {
+        let mtime = std::fs::metadata(&self.server.tokens).and_then(|m| m.modified()).ok();
+        let mut cached = self.tokens.borrow_mut();
+        if mtime.is_none() || cached.0 != mtime {
+            let file = TokensFile::load(&self.server.tokens, false).map_err(|e| e.to_string())?;
+            *cached = (mtime, Rc::new(file));
+        }
+        Ok(cached.1.clone())
+    }
+
+    /// The client's tenant, started at its first connection.
+    fn tenant(&self, client: &Client) -> io::Result<(Runtime, Tenancy)> {
+        let mut tenants = self.tenants.borrow_mut();
+        if let Some(t) = tenants.get_mut(&client.name) {
+            // The admin may have changed its projects since.
+            t.tenancy.projects = projects_of(client);
+            return Ok((t.runtime.clone(), t.tenancy.clone()));
+        }
+        let dir = self.server.base.state_dir.join("clients").join(&client.name);
+        let files = dir.join("files");
+        std::fs::create_dir_all(&files)?;
+        owner_only(&dir)?;
+        let mut config = self.server.base.clone();
+        config.state_dir = dir;
+        // Its BLAH jobs use its first project, never a file of its choosing.
+        let first = client.projects.first();
+        config.blah.project_url = first.map(|p| p.url.clone());
+        config.blah.authenticator_file = first.map(|p| p.authenticator_file.clone());
+        config.blah.allow_project_override = false;
+        config.blah.pool = None;
+        let runtime = Runtime::start(config)?;
+        let tenancy = Tenancy { client: client.name.clone(), projects: projects_of(client), files };
+        tracing::info!(client = %client.name, "started the client's runtime");
+        tenants.insert(client.name.clone(), Tenant { runtime: runtime.clone(), tenancy: tenancy.clone(), session: None });
+        Ok((runtime, tenancy))
+    }
+
+    /// Ends the sessions of clients no longer in the tokens file.
+    fn end_revoked(&self) {
+        let Ok(file) = self.tokens() else { return };
+        for (name, t) in self.tenants.borrow_mut().iter_mut() {
+            if file.client(name).is_none() {
+                if let Some(s) = t.session.take() {
+                    tracing::info!(client = %name, "token revoked: ending its session");
+                    s.do_send(EndSession);
+                }
+            }
+        }
+    }
+}
+
+fn projects_of(client: &Client) -> Vec<(String, PathBuf)> {
+    client.projects.iter().map(|p| (p.url.clone(), p.authenticator_file.clone())).collect()
+}
+
+#[cfg(unix)]
+fn owner_only(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+#[cfg(not(unix))]
+fn owner_only(_: &Path) -> io::Result<()> {
+    Ok(())
+}
+
+/// Accepts connections until the process ends; call inside the actix System.
+pub async fn run(server: Server, listener: TcpListener) {
+    let shared = Rc::new(Shared {
+        server,
+        tenants: RefCell::default(),
+        open: Cell::new(0),
+        tokens: RefCell::new((None, Rc::new(TokensFile::default()))),
+    });
+    let watcher = shared.clone();
+    actix_rt::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            watcher.end_revoked();
+        }
+    });
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                // Out of descriptors, most likely: wait for some to return.
+                tracing::warn!("accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if shared.open.get() >= shared.server.limits.max_connections {
+            tracing::warn!(%peer, "refused a connection: {} open", shared.open.get());
+            drop(tcp);
+            continue;
+        }
+        let _ = tcp.set_nodelay(true);
+        shared.open.set(shared.open.get() + 1);
+        let conn = shared.clone();
+        // The handshake and the AUTH line share one deadline.
+        let deadline = tokio::time::Instant::now() + shared.server.limits.auth_timeout;
+        actix_rt::spawn(async move {
+            match conn.server.tls.clone() {
+                Some(acceptor) => match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => connection(&conn, tls, peer, deadline).await,
+                    Ok(Err(e)) => tracing::info!(%peer, "refused a connection: TLS handshake failed: {e}"),
+                    Err(_) => tracing::info!(%peer, "refused a connection: no TLS handshake in time"),
+                },
+                None => connection(&conn, tcp, peer, deadline).await,
+            }
+            conn.open.set(conn.open.get() - 1);
+        });
+    }
+}
+
+/// Reads the `AUTH <token>` line: at most [`MAX_AUTH_LINE`] bytes.
+async fn auth_line(stream: &mut (impl AsyncRead + Unpin), rest: &mut BytesMut) -> Result<Token, &'static str> {
+    loop {
+        if let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            let line = rest.split_to(end + 1);
+            let line = std::str::from_utf8(&line).map_err(|_| "the first line must be AUTH <token>")?;
+            let line = line.trim_end_matches(['\r', '\n']);
+            return match line.split_once(' ') {
+                Some(("AUTH", token)) if !token.is_empty() && !token.contains(' ') => Ok(Token::new(token)),
+                _ => Err("the first line must be AUTH <token>"),
+            };
+        }
+        if rest.len() > MAX_AUTH_LINE {
+            return Err("the first line must be AUTH <token>");
+        }
+        match stream.read_buf(rest).await {
+            Ok(0) | Err(_) => return Err(""),
+            Ok(_) => {}
+        }
+    }
+}
+
+async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
+    shared: &Rc<Shared>,
+    mut stream: S,
+    peer: SocketAddr,
+    deadline: tokio::time::Instant,
+) {
+    let limits = shared.server.limits.clone();
+    let mut rest = BytesMut::new();
+    let token = match tokio::time::timeout_at(deadline, auth_line(&mut stream, &mut rest)).await {
+        Ok(Ok(t)) => t,
+        Ok(Err(why)) => {
+            tracing::info!(%peer, "refused a connection: {}", if why.is_empty() { "closed before AUTH" } else { why });
+            if !why.is_empty() {
+                let _ = stream.write_all(&answer(false, why)).await;
+                let _ = stream.shutdown().await;
+            }
+            return;
+        }
+        Err(_) => {
+            tracing::info!(%peer, "refused a connection: no AUTH line in time");
+            let _ = stream.write_all(&answer(false, "authentication timed out")).await;
+            let _ = stream.shutdown().await;
+            return;
+        }
+    };
+    let client = match shared.tokens() {
+        Ok(file) => file.authenticate(&token).cloned(),
+        Err(e) => {
+            tracing::error!("can't read the tokens file: {e}");
+            None
+        }
+    };
+    let Some(client) = client else {
+        // Wrong and revoked tokens get the same answer.
+        tracing::info!(%peer, "refused a connection: unknown token");
+        let _ = stream.write_all(&answer(false, "token refused")).await;
+        let _ = stream.shutdown().await;
+        return;
+    };
+    let (runtime, tenancy) = match shared.tenant(&client) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(client = %client.name, "can't start the client's runtime: {e}");
+            let _ = stream.write_all(&answer(false, "server error")).await;
+            return;
+        }
+    };
+    if stream.write_all(&answer(true, "")).await.is_err() {
+        return;
+    }
+    tracing::info!(client = %client.name, %peer, "client connected");
+
+    let (reader, mut writer) = tokio::io::split(stream);
+    let unread = Arc::new(AtomicUsize::new(0));
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Bytes>();
+    let (in_tx, mut in_rx) = mpsc::channel::<io::Result<Frame>>(16);
+    let output = Box::new(ChannelWriter { buf: Vec::new(), tx: out_tx, unread: unread.clone(), max: limits.max_unread_bytes });
+    let frames = futures_util::stream::poll_fn(move |cx| in_rx.poll_recv(cx));
+    let session = match Session::attach(&runtime, frames, output, None, Some(tenancy)) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(client = %client.name, "can't start a session: {e}");
+            return;
+        }
+    };
+    let previous = shared.tenants.borrow_mut().get_mut(&client.name).and_then(|t| t.session.replace(session));
+    if let Some(old) = previous {
+        tracing::info!(client = %client.name, "a new connection replaces the client's open one");
+        old.do_send(EndSession);
+    }
+
+    let writing = actix_rt::spawn(async move {
+        while let Some(chunk) = out_rx.recv().await {
+            let n = chunk.len();
+            let written = writer.write_all(&chunk).await;
+            unread.fetch_sub(n, Ordering::Relaxed);
+            if written.is_err() {
+                break;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
+    let name = client.name.clone();
+    read_requests(reader, rest, in_tx, &limits, &name).await;
+    let _ = writing.await;
+    tracing::info!(client = %name, %peer, "connection closed");
+}
+
+/// Frames the client's lines into the session: no faster than its command
+/// rate, ending when it is idle too long, closes, or the session ends.
+async fn read_requests(
+    reader: impl AsyncRead + Unpin,
+    already: BytesMut,
+    to_session: mpsc::Sender<io::Result<Frame>>,
+    limits: &Limits,
+    client: &str,
+) {
+    let mut framed = FramedRead::new(reader, GahpDecoder(LineFramer::new(limits.max_line)));
+    framed.read_buffer_mut().extend_from_slice(&already);
+    let rate = f64::from(limits.commands_per_sec.max(1));
+    let mut budget = rate;
+    let mut last = Instant::now();
+    loop {
+        let next = tokio::select! {
+            n = tokio::time::timeout(limits.idle_timeout, framed.next()) => n,
+            _ = to_session.closed() => return,
+        };
+        let frame = match next {
+            Ok(Some(f)) => f,
+            Ok(None) => return,
+            Err(_) => {
+                tracing::info!(client, "idle for {:?}: closing its connection", limits.idle_timeout);
+                return;
+            }
+        };
+        let now = Instant::now();
+        budget = (budget + now.duration_since(last).as_secs_f64() * rate).min(rate);
+        last = now;
+        if budget < 1.0 {
+            tokio::time::sleep(Duration::from_secs_f64((1.0 - budget) / rate)).await;
+            budget = 1.0;
+            last = Instant::now();
+        }
+        budget -= 1.0;
+        if to_session.send(frame).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The session's output: each flush is one chunk for the connection's
+/// writer task. Fails (ending the session) when the client has left more
+/// than the limit unread.
+struct ChannelWriter {
+    buf: Vec<u8>,
+    tx: mpsc::UnboundedSender<Bytes>,
+    unread: Arc<AtomicUsize>,
+    max: usize,
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::take(&mut self.buf));
+        let pending = self.unread.fetch_add(chunk.len(), Ordering::Relaxed) + chunk.len();
+        if pending > self.max {
+            return Err(io::Error::other(format!("the client left {pending} bytes unread")));
+        }
+        self.tx.send(chunk).map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "connection closed"))
+    }
+}
+
+/// The TLS acceptor of a certificate chain and key in PEM files.
+pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, String> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("can't read {}: {e}", p.display()));
+    let certs = rustls_pemfile::certs(&mut read(cert)?.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: {e}", cert.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no certificate in it", cert.display()));
+    }
+    let key = rustls_pemfile::private_key(&mut read(key)?.as_slice())
+        .map_err(|e| format!("{}: {e}", key.display()))?
+        .ok_or_else(|| format!("{}: no private key in it", key.display()))?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("the certificate and key: {e}"))?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}

@@ -1,0 +1,411 @@
+//! `boinc_gahp serve` and `boinc_gahp connect`, the real binaries over TLS
+//! (a throwaway certificate) and loopback TCP, against the simulated
+//! project: who gets in, who is refused and how, and what a client may see.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use gahp_protocol::gahp::BlahCommand;
+
+struct Serve {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+    ca: PathBuf,
+    tokens: PathBuf,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_boinc_gahp"))
+}
+
+/// `token add NAME` for the sim's project; returns the token file's path.
+fn add_client(dir: &Path, tokens: &Path, sim: &Sim, name: &str) -> PathBuf {
+    let auth = dir.join(format!("{name}.auth"));
+    std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
+    let out = Command::new(exe())
+        .args(["token", "add", name, "--tokens", tokens.to_str().unwrap(), "--project"])
+        .arg(format!("{}={}", sim.url, auth.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let file = dir.join(format!("{name}.token"));
+    std::fs::write(&file, &out.stdout).unwrap();
+    file
+}
+
+/// A serve with a throwaway certificate for 127.0.0.1; `extra` flags after
+/// `serve`. The tokens file must exist: add a client first.
+fn serve(dir: &Path, tokens: &Path, extra: &[&str]) -> Serve {
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+    let (ca, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&ca, cert.cert.pem()).unwrap();
+    std::fs::write(&key, cert.key_pair.serialize_pem()).unwrap();
+    let state = dir.join("serve-state");
+    let mut cmd = Command::new(exe());
+    cmd.args(["--state-dir", state.to_str().unwrap(), "--log-file", dir.join("gahp.log").to_str().unwrap(), "--retry-base-ms", "20"]);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens", tokens.to_str().unwrap()]);
+    if !extra.contains(&"--insecure-loopback") {
+        cmd.args(["--tls-cert", ca.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    }
+    cmd.args(extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in {line:?}"));
+    Serve { child, port, dir: state, ca, tokens: tokens.to_path_buf() }
+}
+
+impl Serve {
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A GAHP client through `boinc_gahp connect`.
+    fn connect(&self, token_file: &Path, cwd: &Path) -> GahpClient {
+        let (addr, ca) = (self.addr(), self.ca.to_str().unwrap().to_string());
+        let args = ["connect", addr.as_str(), "--token-file", token_file.to_str().unwrap(), "--ca", ca.as_str()];
+        GahpClient::spawn(exe(), &args, &[], cwd).expect("connect reads the banner")
+    }
+
+    /// `connect` that is refused: its exit status and what it says.
+    fn refused(&self, token_file: &Path) -> String {
+        let out = Command::new(exe())
+            .args(["connect", &self.addr(), "--token-file", token_file.to_str().unwrap(), "--ca", self.ca.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success() && out.stdout.is_empty(), "a refused connect writes no GAHP");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    fn files(&self, client: &str) -> PathBuf {
+        self.dir.join("clients").join(client).join("files")
+    }
+
+    fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).map(|d| d.count()).unwrap_or(0)
+    }
+}
+
+/// A TLS connection that trusts the test's certificate, with a read timeout.
+fn tls(s: &Serve) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(&s.ca).unwrap();
+    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let tcp = TcpStream::connect(s.addr()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+/// Everything the server sends until it closes (or the read times out).
+fn read_all(r: &mut impl Read) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = r.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+fn fetch(job: &str, dir: &str, dst: &str) -> AsyncCommand {
+    AsyncCommand::FetchOutput(FetchOutput {
+        job_name: job.into(),
+        dir: dir.into(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::Some,
+        specs: vec![OutputSpec { src: "out".into(), dst: dst.into() }],
+    })
+}
+
+#[test]
+fn a_client_runs_a_batch_through_serve_and_another_client_cannot_see_it() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let bob = add_client(dir.path(), &tokens, &sim, "bob");
+    let s = serve(dir.path(), &tokens, &[]);
+
+    // Alice's inputs are in her area on the second tier; her paths are relative to it.
+    let area = s.files("alice");
+    std::fs::create_dir_all(area.join("in")).unwrap();
+    let files: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            std::fs::write(area.join(format!("in/f{i}")), format!("hello {i}\n")).unwrap();
+            PathBuf::from(format!("in/f{i}"))
+        })
+        .collect();
+
+    let mut a = s.connect(&alice, dir.path());
+    assert!(a.banner.starts_with("$GahpVersion"), "{}", a.banner);
+    // Whatever authenticator the client sends, its token's is used.
+    let select = Request::SelectProject { url: sim.url.clone(), authenticator: Authenticator::new("not-the-key") };
+    assert_eq!(a.command(&select).unwrap(), ["S"]);
+    let r = a.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("b1", &files))), WAIT).unwrap();
+    assert_eq!(r, ["NULL"]);
+    let jobs = wait_finished(&mut a, "b1");
+    assert_eq!(jobs.len(), 3);
+    assert!(jobs.iter().all(|(name, st)| name.starts_with("b1#") && st == "DONE"), "names come back as the client gave them: {jobs:?}");
+    std::fs::create_dir_all(area.join("out")).unwrap();
+    let r = a.call(|id| async_cmd(id, fetch("b1#0.0", "out", "got0.txt")), WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    assert_eq!(std::fs::read_to_string(area.join("out/got0.txt")).unwrap(), "HELLO 0\n");
+    // On the project the names are the client's own.
+    assert_eq!(sim.batches_named("alice~b1").len(), 1);
+    assert!(sim.batches_named("b1").is_empty());
+
+    // A path outside her area is refused before anything is done.
+    let bad = uppercase_batch("b2", &[PathBuf::from("/etc/passwd")]);
+    let id = a.reqid();
+    assert_eq!(a.command(&async_cmd(id, AsyncCommand::Submit(bad))).unwrap(), ["E"]);
+    let id = a.reqid();
+    assert_eq!(a.command(&async_cmd(id, fetch("b1#1.0", "../../bob", "x"))).unwrap(), ["E"]);
+    // A project not in her token, and a pool file on this host, are refused.
+    let other = Request::SelectProject { url: "http://127.0.0.1:9/other/".into(), authenticator: Authenticator::new("x") };
+    assert_eq!(a.command(&other).unwrap(), ["E"]);
+    let pool = Request::SelectProject { url: "pool:/etc/boinc-gahp/pool.toml".into(), authenticator: Authenticator::new("-") };
+    assert_eq!(a.command(&pool).unwrap(), ["E"]);
+    // The BLAH dialect: a ping reaches her token's first project; a submit
+    // (its ad names files here) is not offered yet.
+    let ping = a.call(|id| Request::Blah { reqid: ReqId(id), command: BlahCommand::Ping { batch_type: "boinc".into() } }, WAIT);
+    assert_eq!(ping.unwrap(), ["0", "No error"]);
+    let ad = gahp_testkit::blah_job_ad(Path::new("in"), "job1", &[]);
+    let id = a.reqid();
+    assert_eq!(a.command(&Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }).unwrap(), ["E"]);
+
+    // Bob, on the same BOINC account, gets for Alice's batch and jobs exactly
+    // what he gets for ones that do not exist.
+    let mut b = s.connect(&bob, dir.path());
+    assert_eq!(b.command(&sim.select()).unwrap(), ["S"]);
+    let ask = |b: &mut GahpClient, cmd: AsyncCommand| b.call(|id| async_cmd(id, cmd), WAIT).unwrap();
+    for (hers, none) in [
+        (
+            AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec!["b1".into()] },
+            AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec!["zz".into()] },
+        ),
+        (fetch("b1#0.0", "out", "x"), fetch("zz#0.0", "out", "x")),
+        (AsyncCommand::AbortJobs { jobs: vec!["b1#1.0".into()] }, AsyncCommand::AbortJobs { jobs: vec!["zz#1.0".into()] }),
+        (AsyncCommand::RetireBatch { batch: "b1".into() }, AsyncCommand::RetireBatch { batch: "zz".into() }),
+        (AsyncCommand::SetLease { batch: "b1".into(), lease_time: 2e9 }, AsyncCommand::SetLease { batch: "zz".into(), lease_time: 2e9 }),
+    ] {
+        let (got, want) = (ask(&mut b, hers.clone()), ask(&mut b, none));
+        if matches!(hers, AsyncCommand::QueryBatches { .. } | AsyncCommand::FetchOutput(_)) {
+            assert_ne!(got[0], "NULL", "{hers:?}: {got:?}");
+        }
+        let want: Vec<String> = want.iter().map(|w| w.replace("zz", "b1")).collect();
+        assert_eq!(got, want, "{hers:?}");
+    }
+    // Alice's batch is untouched.
+    let jobs = wait_finished(&mut a, "b1");
+    assert!(jobs.iter().all(|(_, st)| st == "DONE"), "{jobs:?}");
+
+    let log = log_text(dir.path());
+    for secret in [sim.auth.as_str(), std::fs::read_to_string(&alice).unwrap().trim()] {
+        assert!(!log.contains(secret), "a secret in the log");
+    }
+}
+
+#[test]
+fn no_token_a_wrong_or_revoked_token_garbage_and_plain_tcp_are_refused() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let carol = add_client(dir.path(), &tokens, &sim, "carol");
+    let s = serve(dir.path(), &tokens, &["--auth-timeout", "2", "--max-line", "1048576"]);
+
+    let wrong = dir.path().join("wrong.token");
+    std::fs::write(&wrong, "bgt_0000000000000000000000000000000000000000000000000000000000000000\n").unwrap();
+    assert!(s.refused(&wrong).contains("the server refused: token refused"), "{}", s.refused(&wrong));
+
+    // Carol is connected when she is revoked: her session ends, and her token
+    // is then refused exactly like a wrong one.
+    let mut c = s.connect(&carol, dir.path());
+    assert_eq!(c.command_line(b"COMMANDS").unwrap()[0], "S");
+    let out = Command::new(exe()).args(["token", "revoke", "carol", "--tokens", s.tokens.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success());
+    assert!(c.wait_exit(Duration::from_secs(20)).unwrap().is_some(), "the revoked client's connection ends");
+    assert!(s.refused(&carol).contains("the server refused: token refused"));
+
+    // No token: nothing sent in time.
+    let mut t = tls(&s);
+    let started = Instant::now();
+    assert_eq!(read_all(&mut t).trim_end(), "E authentication\\ timed\\ out");
+    assert!(started.elapsed() < Duration::from_secs(15));
+
+    // Garbage first, over TLS.
+    let mut t = tls(&s);
+    t.write_all(b"BOINC_PING 1\r\n").unwrap();
+    assert_eq!(read_all(&mut t).trim_end(), "E the\\ first\\ line\\ must\\ be\\ AUTH\\ <token>");
+    // A 10 MB line before authenticating.
+    let mut t = tls(&s);
+    let _ = t.write_all(&vec![b'A'; 10 << 20]);
+    // The refusal may be lost to the reset of the unread rest; never a session.
+    let got = read_all(&mut t);
+    assert!(got.is_empty() || got.starts_with("E the\\ first\\ line"), "{got:?}");
+
+    // Plain TCP to the TLS port: no GAHP line comes back, the connection closes.
+    let mut plain = TcpStream::connect(s.addr()).unwrap();
+    plain.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    plain.write_all(b"AUTH bgt_x\r\nCOMMANDS\r\n").unwrap();
+    let got = read_all(&mut plain);
+    assert!(!got.contains("$GahpVersion") && !got.starts_with('S'), "{got:?}");
+
+    // After all that, a good client goes on, and a 10 MB line (over its
+    // 1 MiB limit) gets E without ending its session.
+    let mut a = s.connect(&alice, dir.path());
+    assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
+    let mut long = b"BOINC_PING 7 ".to_vec();
+    long.extend(std::iter::repeat_n(b'x', 10 << 20));
+    assert_eq!(a.command_line(&long).unwrap(), ["E"]);
+    assert_eq!(a.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
+
+    let log = log_text(dir.path());
+    assert!(log.contains("TLS handshake failed") && log.contains("unknown token"), "refusals are logged");
+    assert!(!log.contains(std::fs::read_to_string(&alice).unwrap().trim()) && !log.contains(&sim.auth));
+}
+
+#[test]
+fn a_thousand_half_open_connections_stall_no_one_and_their_descriptors_return() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let s = serve(dir.path(), &tokens, &["--auth-timeout", "3"]);
+    let mut a = s.connect(&alice, dir.path());
+    assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
+    assert_eq!(a.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
+    let baseline = s.open_fds();
+
+    let half_open: Vec<TcpStream> = (0..1000).map(|_| TcpStream::connect(s.addr()).unwrap()).collect();
+    // A connected client and a new one both go on meanwhile.
+    let started = Instant::now();
+    assert_eq!(a.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
+    let mut a2 = s.connect(&alice, dir.path());
+    assert_eq!(a2.command_line(b"COMMANDS").unwrap()[0], "S");
+    assert!(started.elapsed() < Duration::from_secs(3), "served within the half-open connections' auth timeout");
+    drop(a);
+
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let open = s.open_fds();
+        // The client's replaced connection closed; its new one is open.
+        if open <= baseline {
+            break;
+        }
+        assert!(Instant::now() < until, "descriptors stay open: {open} > {baseline}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(half_open);
+    assert_eq!(a2.command_line(b"COMMANDS").unwrap()[0], "S");
+}
+
+#[test]
+fn results_wait_for_a_client_that_comes_back_on_a_new_connection() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let s = serve(dir.path(), &tokens, &["--insecure-loopback"]);
+    let plain = |token: &Path| {
+        let addr = s.addr();
+        GahpClient::spawn(exe(), &["connect", &addr, "--token-file", token.to_str().unwrap(), "--insecure-loopback"], &[], dir.path())
+            .unwrap()
+    };
+    let area = s.files("alice");
+    std::fs::create_dir_all(&area).unwrap();
+    std::fs::write(area.join("f"), "x\n").unwrap();
+
+    let mut a = plain(&alice);
+    assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
+    a.set_next_reqid(40);
+    a.submit_async(&async_cmd(40, AsyncCommand::Submit(uppercase_batch("r1", &[PathBuf::from("f")])))).unwrap();
+    a.kill();
+
+    // Back on a new connection: the submit's result is there, once.
+    let mut a = plain(&alice);
+    let r = a.wait_result(40, WAIT).unwrap();
+    assert_eq!(r, ["NULL"]);
+    assert!(a.results().unwrap().is_empty());
+    assert_eq!(sim.batches_named("alice~r1").len(), 1);
+}
+
+#[test]
+fn connections_over_the_limit_are_closed_and_a_freed_slot_is_used_again() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let s = serve(dir.path(), &tokens, &["--insecure-loopback", "--max-connections", "1"]);
+    let connect = || {
+        Command::new(exe())
+            .args(["connect", &s.addr(), "--token-file", alice.to_str().unwrap(), "--insecure-loopback"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let before = s.open_fds();
+    let held = TcpStream::connect(s.addr()).unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while s.open_fds() <= before {
+        assert!(Instant::now() < until, "the held connection was never accepted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = connect();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("closed the connection before answering AUTH"), "{said}");
+    drop(held);
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = connect();
+        // stdin is empty: banner, then EOF ends the session.
+        if out.status.success() {
+            assert!(String::from_utf8_lossy(&out.stdout).starts_with("$GahpVersion"));
+            break;
+        }
+        assert!(Instant::now() < until, "the slot never came back");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn insecure_loopback_is_refused_off_loopback_and_tls_needs_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(&tokens, "").unwrap();
+    for (args, says) in [
+        (vec!["serve", "--listen", "0.0.0.0:0", "--tokens", tokens.to_str().unwrap(), "--insecure-loopback"], "not a loopback address"),
+        (vec!["serve", "--listen", "127.0.0.1:0", "--tokens", tokens.to_str().unwrap()], "--tls-cert"),
+    ] {
+        let out = Command::new(exe()).args(["--state-dir", dir.path().to_str().unwrap()]).args(&args).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
