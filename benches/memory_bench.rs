@@ -3,14 +3,15 @@
 //!
 //!     cargo bench --bench memory_bench                 # 10k, 100k, 1M BOINC_* jobs; 10k, 100k BLAH jobs
 //!     cargo bench --bench memory_bench -- --quick      # 10k and 100k BOINC_*, 10k BLAH
-//!     cargo bench --bench memory_bench -- boinc        # only the BOINC_* front end (or `blah`, `parse`, `boinc_1m`, `blah_100k`)
+//!     cargo bench --bench memory_bench -- boinc        # only the BOINC_* front end (or `blah`, `parse`, `at_once`, `boinc_1m`, `blah_100k`)
 //!
 //! The simulated project has one host that never finishes a job
 //! (`[[hosts]] count = 1, flops = 1e-3`), so every job stays in flight.
 //! Each size starts a fresh daemon: batches of 10,000 jobs named
 //! `<batch>_<k>` are submitted one after another, then three
 //! BOINC_QUERY_BATCHES of all batches at once; the daemon's peak RSS
-//! (VmHWM) is read at each step. `rss_point` lines feed
+//! (VmHWM) is read at each step. `at_once` sends the same submits all at
+//! once instead. `rss_point` lines feed
 //! `benches/rss_plot.py`, which draws the SVG in BENCHMARKS.md.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -108,6 +109,16 @@ fn rss(pid: u32) -> (f64, f64) {
             .map_or(f64::NAN, |kb| kb / 1024.0)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest.split_whitespace().map(|v| v.parse().unwrap_or(0.0)).collect();
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 here; in clock ticks (100 a second on Linux).
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
 }
 
 fn batch(name: &str, jobs: usize, input: &Path) -> SubmitBatch {
@@ -239,6 +250,16 @@ fn submit_steps(input: &Path) {
     );
 }
 
+/// A BLAH job's submit ad, as this bench sends it: its text and what the
+/// parsed ad holds (the BLAH front end keeps one per job in flight).
+fn blah_ad_steps(iwd: &Path) {
+    let ad = blah_job_ad(iwd, "home_bl_mem_12345.0", &[("TransferInput", Value::Str("in".into()))]);
+    let text = ad.to_string();
+    let (parsed, bytes, _) = held(|| gahp_protocol::classad::ClassAd::parse(&text).unwrap());
+    drop(parsed);
+    println!("one BLAH_JOB_SUBMIT ad of this bench: {} B of text, {bytes} B parsed", text.len());
+}
+
 fn boinc_front_end(jobs: usize, steps: bool) {
     let dir = tempfile::tempdir().unwrap();
     let sim = sim(dir.path());
@@ -248,6 +269,7 @@ fn boinc_front_end(jobs: usize, steps: bool) {
     let pid = g.pid();
     let names = batch_names(jobs.div_ceil(BATCH));
     let idle = rss(pid);
+    let cpu = (cpu_secs(pid), cpu_secs(sim.pid()));
     let t = Instant::now();
     for name in &names {
         let r = g.call(|id| Request::Async { reqid: ReqId(id), command: AsyncCommand::Submit(batch(name, BATCH, &input)) }, WAIT).unwrap();
@@ -256,10 +278,12 @@ fn boinc_front_end(jobs: usize, steps: bool) {
     let submit = t.elapsed();
     let after_submit = rss(pid);
     println!(
-        "BOINC_* {jobs} jobs in flight: {} submits of {BATCH} jobs in {:.2} s ({} get_templates, {} submit_batch); \
-         RSS {:.1} MB idle, {:.1} MB after the submits (peak {:.1} MB)",
+        "BOINC_* {jobs} jobs in flight: {} submits of {BATCH} jobs in {:.2} s (CPU: daemon {:.2} s, simulated project {:.2} s; \
+         {} get_templates, {} submit_batch); RSS {:.1} MB idle, {:.1} MB after the submits (peak {:.1} MB)",
         names.len(),
         submit.as_secs_f64(),
+        cpu_secs(pid) - cpu.0,
+        cpu_secs(sim.pid()) - cpu.1,
         sim.calls("submit_rpc_handler.php:get_templates"),
         sim.calls("submit_rpc_handler.php:submit_batch"),
         idle.0,
@@ -268,13 +292,17 @@ fn boinc_front_end(jobs: usize, steps: bool) {
     );
     let before = sim.calls("submit_rpc_handler.php:query_batch2");
     for i in 0..3 {
+        let cpu = (cpu_secs(pid), cpu_secs(sim.pid()));
         let (took, len, fields) = query_raw(&mut g, 100_000 + i, &names);
         let now = rss(pid);
         println!(
-            "  status {} of all {} batches: whole result line read after {:.3} s ({:.1} MB, {fields} fields); RSS {:.1} MB (peak {:.1} MB)",
+            "  status {} of all {} batches: whole result line read after {:.3} s (CPU: daemon {:.2} s, simulated project {:.2} s; \
+             {:.1} MB, {fields} fields); RSS {:.1} MB (peak {:.1} MB)",
             i + 1,
             names.len(),
             took.as_secs_f64(),
+            cpu_secs(pid) - cpu.0,
+            cpu_secs(sim.pid()) - cpu.1,
             mb(len),
             now.0,
             now.1
@@ -290,6 +318,37 @@ fn boinc_front_end(jobs: usize, steps: bool) {
     if steps {
         status_steps(&sim, &names);
     }
+}
+
+/// The same submits sent all at once, as a gridmanager with that many
+/// submits pending does: every batch is parsed and in the daemon at once.
+fn boinc_submits_at_once(jobs: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = sim(dir.path());
+    let input = dir.path().join("in.dat");
+    std::fs::write(&input, "memory bench input\n").unwrap();
+    let mut g = daemon(dir.path(), &sim, None);
+    let pid = g.pid();
+    let names = batch_names(jobs.div_ceil(BATCH));
+    let t = Instant::now();
+    let ids: Vec<u32> = names
+        .iter()
+        .map(|name| {
+            let id = g.reqid();
+            g.submit_async(&Request::Async { reqid: ReqId(id), command: AsyncCommand::Submit(batch(name, BATCH, &input)) }).unwrap();
+            id
+        })
+        .collect();
+    for id in ids {
+        assert_eq!(g.wait_result(id, WAIT).unwrap(), ["NULL"]);
+    }
+    let (now, peak) = rss(pid);
+    println!(
+        "BOINC_* {jobs} jobs, all {} submits sent at once: done in {:.2} s; daemon peak RSS {peak:.1} MB = {:.0} B per job (RSS now {now:.1} MB)",
+        names.len(),
+        t.elapsed().as_secs_f64(),
+        peak * 1048576.0 / jobs as f64
+    );
 }
 
 /// `n` BLAH_JOB_SUBMITs in flight at once, each job with its own input:
@@ -369,6 +428,7 @@ fn main() {
         let dir = tempfile::tempdir().unwrap();
         let input: PathBuf = dir.path().join("in.dat");
         submit_steps(&input);
+        blah_ad_steps(dir.path());
     }
     let label = |n: usize| if n >= 1_000_000 { format!("{}m", n / 1_000_000) } else { format!("{}k", n / 1000) };
     let sizes: &[usize] = if quick { &[10_000, 100_000] } else { &[10_000, 100_000, 1_000_000] };
@@ -376,6 +436,10 @@ fn main() {
         if run(&format!("boinc_{}", label(n))) {
             boinc_front_end(n, n == *sizes.last().unwrap());
         }
+    }
+    let n = if quick { 100_000 } else { 1_000_000 };
+    if run(&format!("at_once_{}", label(n))) {
+        boinc_submits_at_once(n);
     }
     let sizes: &[usize] = if quick { &[10_000] } else { &[10_000, 100_000] };
     for &n in sizes {
