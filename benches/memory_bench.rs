@@ -260,12 +260,19 @@ fn blah_ad_steps(iwd: &Path) {
     println!("one BLAH_JOB_SUBMIT ad of this bench: {} B of text, {bytes} B parsed", text.len());
 }
 
-fn boinc_front_end(jobs: usize, steps: bool) {
+/// A simulated project, a daemon on it and the one input file of every
+/// job (in the directory returned, which must outlive them).
+fn boinc_world() -> (tempfile::TempDir, SimProcess, PathBuf, GahpClient) {
     let dir = tempfile::tempdir().unwrap();
     let sim = sim(dir.path());
     let input = dir.path().join("in.dat");
     std::fs::write(&input, "memory bench input\n").unwrap();
-    let mut g = daemon(dir.path(), &sim, None);
+    let g = daemon(dir.path(), &sim, None);
+    (dir, sim, input, g)
+}
+
+fn boinc_front_end(jobs: usize, steps: bool) {
+    let (_dir, sim, input, mut g) = boinc_world();
     let pid = g.pid();
     let names = batch_names(jobs.div_ceil(BATCH));
     let idle = rss(pid);
@@ -323,11 +330,7 @@ fn boinc_front_end(jobs: usize, steps: bool) {
 /// The same submits sent all at once, as a gridmanager with that many
 /// submits pending does: every batch is parsed and in the daemon at once.
 fn boinc_submits_at_once(jobs: usize) {
-    let dir = tempfile::tempdir().unwrap();
-    let sim = sim(dir.path());
-    let input = dir.path().join("in.dat");
-    std::fs::write(&input, "memory bench input\n").unwrap();
-    let mut g = daemon(dir.path(), &sim, None);
+    let (_dir, _sim, input, mut g) = boinc_world();
     let pid = g.pid();
     let names = batch_names(jobs.div_ceil(BATCH));
     let t = Instant::now();
