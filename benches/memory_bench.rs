@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use gahp_protocol::boinc::{reply, request};
+use gahp_protocol::boinc::{reply, request, SubmitJob, SubmitParams};
 use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::reply::BatchesEncoder;
 use gahp_protocol::gahp::{AsyncCommand, BlahCommand, CommandResult, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
@@ -241,12 +241,20 @@ fn submit_steps(input: &Path) {
         command: AsyncCommand::Submit(batch("mem000", BATCH, input)),
     });
     let (req, parsed, _) = held(|| gahp_protocol::gahp::request::parse(&line).unwrap());
-    drop(req);
+    let Request::Async { command: AsyncCommand::Submit(b), .. } = &req else { unreachable!() };
+    // The submit_batch request built from it (an input's physical name is
+    // its MD5 content name, 35 bytes).
+    let phys = format!("jf_{:032x}", 0u128);
+    let jobs: Vec<SubmitJob> = b.jobs.iter().map(|j| SubmitJob { name: &j.name, args: &j.args, files: vec![phys.as_str()] }).collect();
+    let auth = Authenticator::new("0123456789abcdef0123456789abcdef");
+    let xml = request::submit_batch(&auth, 1, &b.app_name, &SubmitParams::default(), &jobs);
     println!(
-        "one {BATCH}-job BOINC_SUBMIT: {:.2} MB request line, {:.2} MB parsed ({:.0} B/job)",
+        "one {BATCH}-job BOINC_SUBMIT: {:.2} MB request line, {:.2} MB parsed ({:.0} B/job); its submit_batch request {:.2} MB ({:.0} B/job)",
         mb(line.len()),
         mb(parsed),
-        parsed as f64 / BATCH as f64
+        parsed as f64 / BATCH as f64,
+        mb(xml.len()),
+        xml.len() as f64 / BATCH as f64
     );
 }
 
