@@ -5,6 +5,7 @@
 //!
 //!     cargo bench --bench real_boinc_bench                  # full sizes
 //!     cargo bench --bench real_boinc_bench -- --quick       # 1,000 jobs
+//!     cargo bench --bench real_boinc_bench -- submit        # only these phases (ping, submit, storm)
 //!
 //! Needs the real server of `../shared/real-boinc` (started), or another
 //! project named by the environment:
@@ -110,6 +111,10 @@ fn batch(name: &str, jobs: usize, files: &[PathBuf]) -> SubmitBatch {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // Other words select phases by name (cargo's own flags are skipped);
+    // the submit runs whenever the storm does (it queries that batch).
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let phase = |name: &str| only.is_empty() || only.iter().any(|o| name.contains(o.as_str()));
     let url = env_or("BOINC_REAL_URL", "http://127.0.0.1/boinctest/");
     let auth_file = env_or("BOINC_REAL_AUTH_FILE", "/opt/boinc-real/submitter_auth.txt");
     let c_exe = PathBuf::from(env_or("BOINC_REF_GAHP", "/opt/boinc-ref/boinc_gahp"));
@@ -144,7 +149,7 @@ fn main() {
     let mut daemons = [ours, c];
 
     // Pings: one at a time (round-trip latency), then all at once.
-    for d in daemons.iter_mut() {
+    for d in daemons.iter_mut().filter(|_| phase("ping")) {
         let (t, reqs) = log.during(|| {
             let t = Instant::now();
             for _ in 0..pings {
@@ -196,7 +201,7 @@ fn main() {
     }
 
     // A query storm: `storm` BOINC_QUERY_BATCHES of the daemon's own batch at once.
-    for (d, name) in daemons.iter_mut().zip(&names) {
+    for (d, name) in daemons.iter_mut().zip(&names).filter(|_| phase("storm")) {
         let (t, reqs) = log.during(|| {
             let t = Instant::now();
             let first = d.gahp.reqid();

@@ -43,6 +43,10 @@ impl SimProcess {
         Ok(SimProcess { child, url: words[1].to_string(), auth: words[2].to_string(), dir })
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn select(&self) -> Request {
         Request::SelectProject { url: self.url.clone(), authenticator: Authenticator::new(self.auth.clone()) }
     }

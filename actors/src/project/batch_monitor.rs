@@ -2,14 +2,16 @@
 //! (same batches, same min_mod_time) share one query_batch2 RPC while it is
 //! in flight, and reuse its answer for `query_coalesce` afterwards, so a
 //! storm of identical queries costs one RPC per poll interval. The answer
-//! is encoded once and its bytes shared by every result of the storm.
+//! is encoded once, as the reply is read, and its bytes shared by every
+//! result of the storm.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::boinc::{reply, request, ReplyError, Script};
+use gahp_protocol::gahp::reply::BatchesEncoder;
 use gahp_protocol::gahp::CommandResult;
 use tokio::sync::oneshot;
 
@@ -109,16 +111,20 @@ async fn query_batch2(
     let asked = if widen && min_mod_time > 0.0 { (min_mod_time.floor() - 1.0).max(0.0) } else { min_mod_time };
     let wanted = batches.len();
     let xml = request::query_batch2(auth, asked, &batches);
-    match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, deadline).await {
-        Ok(states) if states.batches.len() == wanted => CommandResult::Batches {
-            server_time: states.server_time,
-            groups: states.batches.into_iter().map(|jobs| jobs.into_iter().map(|j| (j.name, j.status)).collect()).collect(),
+    match rpc.idempotent(Script::SubmitRpcHandler, xml, encode_query_batch2, deadline).await {
+        Ok((groups, answer)) if groups == wanted => answer,
+        Ok((groups, _)) => {
+            CommandResult::Error(format!("error querying batch: -1 the server answered for {groups} batches, {wanted} were asked"))
         }
-        .into_encoded(),
-        Ok(states) => CommandResult::Error(format!(
-            "error querying batch: -1 the server answered for {} batches, {wanted} were asked",
-            states.batches.len()
-        )),
         Err(e) => CommandResult::Error(auth.redact_in(&format!("error querying batch: {e}"))),
     }
+}
+
+/// A query_batch2 reply read straight into its result line (no per-job
+/// structure in between): the number of batches answered and the answer.
+fn encode_query_batch2(body: &[u8]) -> Result<(usize, CommandResult), ReplyError> {
+    // A job is about 94 bytes of reply and 19 of result line.
+    let mut encoder = BatchesEncoder::with_capacity(body.len() / 4);
+    let server_time = reply::read_query_batch2(body, &mut encoder)?;
+    Ok((encoder.groups(), encoder.finish(server_time)))
 }

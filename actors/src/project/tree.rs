@@ -94,7 +94,8 @@ impl Handler<Run> for ProjectTree {
                     }
                 }
                 let batch_name = batch.batch_name.clone();
-                let job_names: Vec<String> = batch.jobs.iter().map(|j| j.name.clone()).collect();
+                // For the log lines of a failure: one buffer, not a String a job.
+                let job_names = JobNames::of(batch.jobs.iter().map(|j| j.name.as_str()));
                 let templates = self.templates.get(&rpc, &self.key.authenticator, &batch.app_name, deadline);
                 let pipeline =
                     SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), self.db.clone(), batch, deadline)
@@ -112,7 +113,7 @@ impl Handler<Run> for ProjectTree {
                             if line != text {
                                 tracing::warn!("submit failed: {text}");
                             }
-                            log_failed_jobs(&batch_name, job_names.iter().map(String::as_str), &line);
+                            log_failed_jobs(&batch_name, job_names.iter(), &line);
                             CommandResult::Error(line)
                         }
                         Err(_) => CommandResult::Error("error submitting jobs: internal error (the submit pipeline stopped)".into()),
@@ -225,6 +226,30 @@ fn condor_job_of(job_name: &str) -> &str {
     }
 }
 
+/// Job names in one buffer (a 10,000-job batch's names as 10,000
+/// `String`s are about 56 bytes a job; here, the name and 4).
+struct JobNames {
+    text: String,
+    ends: Vec<u32>,
+}
+
+impl JobNames {
+    fn of<'a>(names: impl Iterator<Item = &'a str>) -> Self {
+        let mut out = JobNames { text: String::new(), ends: Vec::new() };
+        for name in names {
+            out.text.push_str(name);
+            // A request line is at most MAX_LINE (256 MiB) long.
+            out.ends.push(u32::try_from(out.text.len()).unwrap_or(u32::MAX));
+        }
+        out
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(self.ends.iter().copied()).map(|(a, b)| self.text.get(a as usize..b as usize).unwrap_or(""))
+    }
+}
+
 /// One log line per job of a batch whose submission failed: the
 /// gridmanager holds each of them with `reason`.
 fn log_failed_jobs<'a>(batch: &str, jobs: impl Iterator<Item = &'a str>, reason: &str) {
@@ -236,6 +261,12 @@ fn log_failed_jobs<'a>(batch: &str, jobs: impl Iterator<Item = &'a str>, reason:
 #[cfg(test)]
 mod condor_job_tests {
     use super::condor_job_of;
+
+    #[test]
+    fn job_names_come_back_as_they_went_in() {
+        let names = ["a_1", "", "condor#s#w#1#2.0", "é"];
+        assert!(super::JobNames::of(names.into_iter()).iter().eq(names));
+    }
 
     #[test]
     fn the_condor_job_id_is_the_last_field_of_a_gridmanager_job_name() {

@@ -240,17 +240,55 @@ pub fn parse_query_files(body: &[u8]) -> Result<Vec<usize>, ReplyError> {
 
 /// `query_batch2`: `server_time` and, per requested batch in request order,
 /// the jobs reported (all of them, or those changed since `min_mod_time`).
+pub fn parse_query_batch2(body: &[u8]) -> Result<BatchStates, ReplyError> {
+    struct Collect(Vec<Vec<JobState>>);
+    impl QueryBatch2Sink for Collect {
+        fn group(&mut self, _: usize) {
+            self.0.push(Vec::new());
+        }
+        fn job(&mut self, name: &str, status: &str) {
+            if let Some(jobs) = self.0.last_mut() {
+                jobs.push(JobState { name: name.to_string(), status: status.to_string() });
+            }
+        }
+    }
+    let mut batches = Collect(Vec::new());
+    let server_time = read_query_batch2(body, &mut batches)?;
+    Ok(BatchStates { server_time, batches: batches.0 })
+}
+
+/// Where [`read_query_batch2`] hands what it reads.
+pub trait QueryBatch2Sink {
+    /// A batch begins; `batch_size` jobs are announced.
+    fn group(&mut self, batch_size: usize);
+    /// A job of the batch begun last.
+    fn job(&mut self, name: &str, status: &str);
+}
+
+/// `query_batch2` read without building it: `sink.group(batch_size)` at
+/// each batch, then `sink.job(name, status)` for each of its jobs, in reply order;
+/// the server time at the end. The names are borrowed from `body` where
+/// they are plain, so a million jobs cost no allocation each. On an error
+/// what was handed out so far is to be thrown away.
 ///
 /// The reply is flat: each `<batch_size>N</batch_size>` is followed by its
 /// N `<job>`s. Both the start and the end tag of `<query_batch2>` are
 /// required and every group must hold exactly its `batch_size` jobs, so a
 /// torn body is never taken for a short answer.
-pub fn parse_query_batch2(body: &[u8]) -> Result<BatchStates, ReplyError> {
+pub fn read_query_batch2(body: &[u8], sink: &mut impl QueryBatch2Sink) -> Result<f64, ReplyError> {
     let (mut opened, mut closed) = (false, false);
     let mut server_time = None;
-    // (batch_size, its jobs)
-    let mut groups: Vec<(i64, Vec<JobState>)> = Vec::new();
+    // The batch being read: its batch_size and the jobs seen so far.
+    let mut current: Option<(i64, usize)> = None;
+    let mut miscount = None;
     let mut problem = None;
+    let end_group = |current: Option<(i64, usize)>, miscount: &mut Option<String>| {
+        if let Some((size, seen)) = current {
+            if usize::try_from(size) != Ok(seen) && miscount.is_none() {
+                *miscount = Some(format!("batch_size {size} but {seen} jobs"));
+            }
+        }
+    };
     let mut r = Reader::new(body);
     while let Some(token) = r.next() {
         match token {
@@ -261,33 +299,35 @@ pub fn parse_query_batch2(body: &[u8]) -> Result<BatchStates, ReplyError> {
             }
             Token::Start(name @ b"server_time") => server_time = r.double(name),
             // An unreadable size reads as 0 and then fails the count check.
-            Token::Start(name @ b"batch_size") => groups.push((r.int(name).unwrap_or(0), Vec::new())),
+            Token::Start(name @ b"batch_size") => {
+                end_group(current, &mut miscount);
+                let size = r.int(name).unwrap_or(0);
+                current = Some((size, 0));
+                sink.group(usize::try_from(size).unwrap_or(0));
+            }
             Token::Start(b"job") => {
                 let (mut name, mut status) = (None, None);
                 let closed = read_block(&mut r, b"job", b"query_batch2", |field, r| match field {
-                    b"job_name" => name = r.value(field),
-                    b"status" => status = r.value(field),
+                    b"job_name" => name = r.0.value_ref(field),
+                    b"status" => status = r.0.value_ref(field),
                     _ => {}
                 });
-                match (groups.last_mut(), name, status) {
+                match (current.as_mut(), name, status) {
                     (None, _, _) => problem = Some("<job> before any <batch_size>"),
-                    (Some((_, jobs)), Some(name), Some(status)) if closed => jobs.push(JobState { name, status }),
+                    (Some((_, seen)), Some(name), Some(status)) if closed => {
+                        *seen += 1;
+                        sink.job(&name, &status);
+                    }
                     _ => problem = Some("unreadable <job>"),
                 }
             }
             _ => {}
         }
     }
+    end_group(current, &mut miscount);
     let value = checked((), problem).and_then(|()| {
         let server_time = server_time.ok_or("no readable <server_time>")?;
-        let mut batches = Vec::with_capacity(groups.len());
-        for (size, jobs) in groups {
-            if usize::try_from(size) != Ok(jobs.len()) {
-                return Err(format!("batch_size {size} but {} jobs", jobs.len()));
-            }
-            batches.push(jobs);
-        }
-        Ok(BatchStates { server_time, batches })
+        miscount.map_or(Ok(server_time), Err)
     });
     settle(body, opened && closed, "no <query_batch2>...</query_batch2>", value)
 }
@@ -427,7 +467,7 @@ fn batch_field(batch: &mut BatchInfo, name: &[u8], r: &mut Reader) {
 /// each start tag to `child`. False if the block is cut short: the body
 /// ends, or the next `<tag>` or the end of `parent` comes first (then
 /// nothing of the rest is swallowed).
-fn read_block(r: &mut Reader, tag: &[u8], parent: &[u8], mut child: impl FnMut(&[u8], &mut Reader)) -> bool {
+fn read_block<'a>(r: &mut Reader<'a>, tag: &[u8], parent: &[u8], mut child: impl FnMut(&[u8], &mut Reader<'a>)) -> bool {
     while let Some(token) = r.next() {
         match token {
             Token::End(t) if t == tag => return true,

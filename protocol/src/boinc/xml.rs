@@ -6,6 +6,8 @@
 //! warnings as HTML and bodies cut short readable at all. It never fails:
 //! whatever it cannot read ends the stream or becomes text.
 
+use std::borrow::Cow;
+
 /// Escapes `&`, `<`, `>`, `"` and `'` for use in element text.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 8);
@@ -252,6 +254,24 @@ impl<'a> Tokens<'a> {
             self.pos = before;
             None
         }
+    }
+
+    /// [`value`](Self::value) without a copy where the text is plain
+    /// (one run of UTF-8 text, no entity, nothing to trim), as job names
+    /// and statuses are: a million of them are read per status.
+    pub fn value_ref(&mut self, name: &[u8]) -> Option<Cow<'a, str>> {
+        let before = self.pos;
+        if let (Some(Token::Text(raw)), Some(Token::End(end))) = (self.next(), self.next()) {
+            if end == name && !raw.contains(&b'&') {
+                if let Ok(text) = std::str::from_utf8(raw) {
+                    if trim_ascii(text).len() == text.len() {
+                        return Some(Cow::Borrowed(text));
+                    }
+                }
+            }
+        }
+        self.pos = before;
+        self.value(name).map(Cow::Owned)
     }
 
     /// Skips past the next `</name>` (or to the end).

@@ -85,7 +85,7 @@ impl BlahProject {
     /// without its ad is held here (nothing says where its files go).
     pub(super) fn delivery(&mut self, batch: &str) -> Option<Delivery> {
         let job = self.jobs.get_mut(batch)?;
-        let Some(ad) = job.ad.clone() else {
+        let Some(ad) = job.ad() else {
             let reason = "the daemon has no record of where this job's outputs go (its state database was lost); \
                           condor_release the job to run it again";
             self.finish(batch, job_status::HELD, held_ad(batch, reason));
@@ -101,7 +101,7 @@ impl BlahProject {
         let Some(rpc) = self.rpc.clone() else { return };
         let Some(job) = self.jobs.get_mut(&batch) else { return };
         job.busy = true;
-        let (key, ad, boinc_batch) = (self.key.clone(), job.ad.clone(), job.batch.clone());
+        let (key, ad, boinc_batch) = (self.key.clone(), job.ad(), job.batch.clone());
         let deadline = Instant::now() + self.config.command_timeout;
         let b = batch.clone();
         let work = async move { resolve_error(&rpc, &key, &boinc_batch, &b, ad.as_ref(), deadline).await };

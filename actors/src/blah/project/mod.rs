@@ -131,8 +131,13 @@ pub struct BlahProject {
 struct Job {
     /// Its BOINC batch.
     batch: String,
-    /// The submit ad; `None` for a job known only by its id.
-    ad: Option<ClassAd>,
+    /// The submit ad as recorded, parsed where it is used ([`Job::ad`]):
+    /// parsed, an ad takes about five times its text, and a job in flight
+    /// needs it only to be submitted and delivered. `None` for a job known
+    /// only by its id.
+    ad: Option<Box<str>>,
+    /// Its ad is a work sequence's (asked of every job at each refresh).
+    sequence: bool,
     phase: Phase,
     /// Its last status in query_batch2.
     boinc: Option<String>,
@@ -148,7 +153,10 @@ struct Job {
 
 impl Job {
     fn from_record(rec: JobRecord) -> Job {
-        let ad = ClassAd::parse(&rec.ad).map_err(|e| tracing::warn!(batch = %rec.batch, "its recorded submit ad is unreadable: {e}")).ok();
+        let parsed =
+            ClassAd::parse(&rec.ad).map_err(|e| tracing::warn!(batch = %rec.batch, "its recorded submit ad is unreadable: {e}")).ok();
+        let sequence = parsed.as_ref().is_some_and(sequence::is_sequence);
+        let ad = parsed.map(|_| rec.ad.into_boxed_str());
         let final_ad = rec.final_ad.as_deref().and_then(|t| ClassAd::parse(t).ok());
         let final_status = match (rec.phase, rec.status, final_ad) {
             // A cancelled job keeps its final status: a held job's reason
@@ -161,6 +169,7 @@ impl Job {
         Job {
             batch: rec.boinc_batch,
             ad,
+            sequence,
             phase: rec.phase,
             boinc: rec.boinc_status,
             final_status,
@@ -177,6 +186,7 @@ impl Job {
         Job {
             batch,
             ad: None,
+            sequence: false,
             phase: Phase::Active,
             boinc: None,
             final_status: None,
@@ -192,14 +202,19 @@ impl Job {
         self.phase == Phase::Active && self.final_status.is_none()
     }
 
+    /// The submit ad, parsed (it was readable when the job was loaded).
+    fn ad(&self) -> Option<ClassAd> {
+        ClassAd::parse(self.ad.as_deref()?).ok()
+    }
+
     /// A work sequence: its SequenceRelocator watches its BOINC jobs.
     fn is_sequence(&self) -> bool {
-        self.ad.as_ref().is_some_and(sequence::is_sequence)
+        self.sequence
     }
 
     /// Its sequence's name, if it is a sequence job.
     fn sequence_name(&self) -> Option<String> {
-        self.ad.as_ref().filter(|ad| sequence::is_sequence(ad)).and_then(|ad| sequence::sequence_name(ad).ok())
+        self.ad().filter(|_| self.sequence).and_then(|ad| sequence::sequence_name(&ad).ok())
     }
 }
 

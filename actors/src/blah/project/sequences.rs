@@ -114,7 +114,7 @@ impl BlahProject {
     /// status 4), or a failed one's reported as a failed BOINC job is.
     pub(super) fn finish_sequence(&mut self, job: &str, state: SequenceState, ctx: &mut Context<Self>) {
         let Some(j) = self.jobs.get_mut(job) else { return };
-        let Some(ad) = j.ad.clone() else { return };
+        let Some(ad) = j.ad() else { return };
         j.busy = true;
         let app = map::choose_app(&ad, &self.config.blah).map(|a| a.0);
         let templates = app.as_ref().ok().and_then(|a| self.templates(a));

@@ -158,7 +158,7 @@ impl BlahProject {
         if status == job_status::HELD {
             // The one line an admin greps for: which HTCondor job, which
             // BOINC batch and job, and why.
-            let condor_job = job.ad.as_ref().and_then(map::condor_job_id).unwrap_or_else(|| "unknown".into());
+            let condor_job = job.ad().as_ref().and_then(map::condor_job_id).unwrap_or_else(|| "unknown".into());
             tracing::warn!(
                 condor_job = %condor_job,
                 boinc_batch = %job.batch,

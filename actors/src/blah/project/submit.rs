@@ -56,7 +56,7 @@ impl BlahProject {
             if job.phase == Phase::Submitting {
                 job.busy = true;
                 job.submitting_since.get_or_insert_with(Instant::now);
-                members.push((name, job.ad.clone()));
+                members.push((name, job.ad()));
             }
         }
         // A sequence job is never gathered with others: it is alone.
