@@ -395,6 +395,58 @@ fn cancel_aborts_the_running_boinc_job_and_a_release_resubmits_a_new_attempt() {
     assert_eq!(submit(&mut g, ad("")), second);
 }
 
+/// The submit ad a job's record in the daemon's state database keeps
+/// (None: no record), read beside the running daemon.
+fn recorded_ad(dir: &Path, job: &str) -> Option<String> {
+    use rusqlite::{Connection, OpenFlags, OptionalExtension};
+    let c = Connection::open_with_flags(dir.join("state/state.sqlite3"), OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    c.busy_timeout(Duration::from_secs(5)).unwrap();
+    c.query_row("SELECT ad FROM blah_jobs WHERE batch = ?1", [job], |r| r.get(0)).optional().unwrap()
+}
+
+/// A finished job is kept `forget_finished_jobs_after_secs` (without its
+/// submit ad once its completion went out), then forgotten while the
+/// daemon runs; its id is then answered as held (the gridmanager holds
+/// the job with the reason and cancels it), and a release of it gets a
+/// BOINC name no batch on the server has: a real server would make a
+/// second batch of the old name, and the lookup by name that keeps a
+/// submission exactly-once would take the old batch for the new job.
+#[test]
+fn a_finished_job_is_forgotten_after_the_retention_while_the_daemon_runs_and_no_name_comes_back() {
+    let w = World::new("default_app = \"uppercase\"\nforget_finished_jobs_after_secs = 4\n");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let job_dir = "home_bl_forget_1.0";
+    let first = submit(&mut g, uppercase_job(dir, job_dir, "hello\n", ""));
+    let old_name = format!("blah#{job_dir}#1");
+    assert!(first.ends_with(&format!("/{old_name}")), "{first}");
+    wait_status(&mut g, &first, 4);
+
+    // Kept for the gridmanager's questions, without the submit ad.
+    eventually("the delivered job's record drops its submit ad", || recorded_ad(dir, &old_name).as_deref() == Some(""));
+    let (s, again, r) = status(&mut g, &first);
+    assert_eq!((s, again.get_int("ExitCode")), (4, Some(0)), "a repeated status is still answered: {r:?}");
+
+    // Forgotten once the retention has passed, the daemon still running.
+    let forgotten = Instant::now();
+    eventually("the record is forgotten", || recorded_ad(dir, &old_name).is_none());
+    assert!(forgotten.elapsed() < Duration::from_secs(8), "forgotten {:?} after it was seen", forgotten.elapsed());
+    let (_, held) = wait_status(&mut g, &first, 5);
+    let reason = held.get_str("HoldReason").unwrap_or_default().to_string();
+    assert!(reason.contains("no record of this job") && reason.contains("forget_finished_jobs_after_secs = 4"), "{reason}");
+    assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: first.clone() }), ["0", "No error"]);
+
+    // condor_release: a new attempt under a name the server never had.
+    std::fs::remove_file(dir.join("out")).unwrap();
+    let second = submit(&mut g, uppercase_job(dir, job_dir, "again\n", ""));
+    assert!(second.ends_with(&format!("/blah#{job_dir}#2")), "{second}");
+    let (_, done) = wait_status(&mut g, &second, 4);
+    assert_eq!(done.get_int("ExitCode"), Some(0));
+    assert_eq!(std::fs::read_to_string(dir.join("out")).unwrap(), "AGAIN\n", "the new job ran, not the old one");
+    assert_eq!(sim.batches_named(&old_name).len(), 1, "no second batch of the forgotten job's name");
+    assert_eq!(sim.batches_named(&format!("blah#{job_dir}#2")).len(), 1);
+}
+
 #[test]
 fn a_failing_job_completes_with_its_exit_code() {
     let w = World::new("");

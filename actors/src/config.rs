@@ -157,6 +157,12 @@ pub struct BlahConfig {
     pub batch_window: Duration,
     /// At most this many jobs per shared BOINC batch (1: a batch per job).
     pub batch_max_jobs: usize,
+    /// A finished job (completed, removed, held or cancelled) is kept this
+    /// long after it ended, for the gridmanager's later questions, then
+    /// forgotten (checked while the daemon runs, every 1/24 of this, at
+    /// most hourly).
+    #[serde(rename = "forget_finished_jobs_after_secs", with = "secs")]
+    pub forget_finished_after: Duration,
     /// Where this came from, named in hold reasons that ask for a fix.
     #[serde(skip)]
     pub config_file: Option<PathBuf>,
@@ -179,6 +185,7 @@ impl Default for BlahConfig {
             output_fetch_attempts: 5,
             batch_window: Duration::from_secs(2),
             batch_max_jobs: 1000,
+            forget_finished_after: Duration::from_secs(90 * 24 * 3600),
             config_file: None,
             pool: None,
         }
@@ -358,6 +365,9 @@ mod tests {
         assert_eq!(c.command_timeout, Duration::from_millis(12_500));
         assert_eq!(c.retry_base, Duration::from_millis(20));
         assert_eq!(c.blah.lease, Duration::from_secs(60));
+        assert_eq!(c.blah.forget_finished_after, Duration::from_secs(90 * 86_400));
+        let c = DaemonConfig::from_toml("[blah]\nforget_finished_jobs_after_secs = 120.5\n").unwrap();
+        assert_eq!(c.blah.forget_finished_after, Duration::from_millis(120_500));
         assert_eq!(c.log_rotation, LogRotation::Daily);
         assert_eq!(DaemonConfig::from_toml("log_rotation = \"minutely\"").unwrap().log_rotation, LogRotation::Minutely);
     }
@@ -388,6 +398,7 @@ mod tests {
             ("no_such_key = 1", "no_such_key"),
             ("[blah]\nstatus_refresh_secs = 0", "status_refresh_secs"),
             ("[blah]\nbatch_window_secs = -1", "batch_window_secs"),
+            ("[blah]\nforget_finished_jobs_after_secs = 0", "forget_finished_jobs_after_secs"),
             ("[blah]\nbatch_max_jobs = 0", "blah.batch_max_jobs"),
             ("ping_timeout_secs = 0", "ping_timeout_secs"),
             ("log_rotation = \"weekly\"", "log_rotation"),

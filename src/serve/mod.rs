@@ -70,7 +70,7 @@ pub fn token(args: &TokenArgs) -> ExitCode {
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Address to listen on, e.g. `0.0.0.0:9618` (port 0: any free port;
+    /// Address to listen on, e.g. `0.0.0.0:9630` (port 0: any free port;
     /// the one taken is printed on stderr).
     #[arg(long)]
     pub listen: std::net::SocketAddr,

@@ -36,9 +36,6 @@ use crate::project::ProjectKey;
 use crate::projects::Projects;
 use crate::result_queue::{Complete, ResultQueue};
 
-/// Ended jobs are forgotten after this (their ids are not asked for again).
-const FORGET_AFTER_SECS: f64 = 90.0 * 24.0 * 3600.0;
-
 pub struct BlahJobs {
     config: Arc<DaemonConfig>,
     queue: Addr<ResultQueue>,
@@ -234,6 +231,27 @@ impl BlahJobs {
     }
 }
 
+impl BlahJobs {
+    /// Deletes the records of jobs that ended more than the retention ago.
+    fn forget_ended_jobs(&self) {
+        let retention = self.config.blah.forget_finished_after.as_secs_f64();
+        self.store.write("forget old jobs", move |c| {
+            let gone = store::prune(c, retention)?;
+            if gone > 0 {
+                tracing::debug!(jobs = gone, "forgot the records of jobs that ended more than {retention} s ago");
+            }
+            Ok(())
+        });
+    }
+}
+
+/// How often ended jobs are looked for: every 24th of the retention (a
+/// record outlives it by at most that much), at least hourly, and no more
+/// than 10 times a second (for the retentions of seconds that tests use).
+fn prune_period(retention: Duration) -> Duration {
+    (retention / 24).clamp(Duration::from_millis(100), Duration::from_secs(3600))
+}
+
 /// The work of one command, run as a task of its own.
 type Work = LocalBoxFuture<'static, BlahResult>;
 
@@ -312,8 +330,11 @@ impl Actor for BlahJobs {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        // Ended jobs are forgotten after the retention, at start and then
+        // while the daemon runs: a daemon up for months keeps no more.
+        self.forget_ended_jobs();
+        ctx.run_interval(prune_period(self.config.blah.forget_finished_after), |act, _| act.forget_ended_jobs());
         let store = self.store.clone();
-        store.write("forget old jobs", |c| store::prune(c, FORGET_AFTER_SECS));
         // Known projects are loaded before the first command is handled.
         ctx.wait(async move { store.read(store::projects).await }.into_actor(self).map(|r, act, _| match r {
             Ok(rows) => act.known.extend(rows.into_iter().map(|(k, u, f)| (k, (u, f)))),
@@ -385,5 +406,19 @@ impl Handler<Claimed> for BlahJobs {
                 p.do_send(Track { id });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ended_jobs_are_looked_for_every_24th_of_the_retention_within_bounds() {
+        let day = Duration::from_secs(86_400);
+        assert_eq!(prune_period(day), Duration::from_secs(3600));
+        assert_eq!(prune_period(90 * day), Duration::from_secs(3600), "at least hourly");
+        assert_eq!(prune_period(Duration::from_secs(120)), Duration::from_secs(5));
+        assert_eq!(prune_period(Duration::from_secs(1)), Duration::from_millis(100));
     }
 }

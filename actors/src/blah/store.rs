@@ -52,6 +52,21 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: "ALTER TABLE blah_jobs ADD COLUMN boinc_batch TEXT;
      CREATE INDEX blah_jobs_by_boinc_batch ON blah_jobs (boinc_batch);",
     },
+    // The highest attempt number of any job forgotten (pruned): a new
+    // attempt is numbered above it, so a `JobDirectory` whose rows are gone
+    // never gets a BOINC batch or job name again that the server may still
+    // hold. Rows pruned before this version are not known; the highest
+    // attempt still recorded stands in for them. The index finds the ended
+    // jobs to prune without a scan of the table.
+    Migration {
+        version: 9,
+        sql: "CREATE TABLE blah_forgotten (
+         id INTEGER PRIMARY KEY CHECK (id = 0),
+         max_attempt INTEGER NOT NULL
+     );
+     INSERT INTO blah_forgotten (id, max_attempt) SELECT 0, COALESCE(MAX(attempt), 0) FROM blah_jobs;
+     CREATE INDEX blah_jobs_ended ON blah_jobs (updated) WHERE phase IN ('final', 'cancelled') AND abort_pending = 0;",
+    },
 ];
 
 type Op = Box<dyn FnOnce(&mut Connection) + Send>;
@@ -209,7 +224,8 @@ pub struct JobRecord {
 
 /// What a submit of `job_dir` gets: the attempt that is still alive
 /// (submitting, on the server, or completed: a resubmit after a lost
-/// result), else a new attempt recorded now. `held` records the new
+/// result), else a new attempt recorded now, numbered above every earlier
+/// attempt of `job_dir` and every forgotten one (see `prune`). `held` records the new
 /// attempt as already final (status 5, the ad it makes of the job name);
 /// else a new attempt joins the open batch of `gather` (a gathering key),
 /// or is a batch of its own. Returns (project, BOINC batch, job).
@@ -231,7 +247,7 @@ pub fn claim_attempt(
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
         )
         .optional()?;
-    let attempt = match last {
+    let last_attempt = match last {
         Some((project, job, boinc_batch, _, phase, status))
             if matches!(Phase::parse(&phase), Phase::Submitting | Phase::Active)
                 || (Phase::parse(&phase) == Phase::Final && status == Some(4)) =>
@@ -239,9 +255,10 @@ pub fn claim_attempt(
             let batch = boinc_batch.unwrap_or_else(|| job.clone());
             return Ok((project, batch, job));
         }
-        Some((_, _, _, attempt, ..)) => attempt + 1,
-        None => 1,
+        Some((_, _, _, attempt, ..)) => attempt,
+        None => 0,
     };
+    let attempt = last_attempt.max(forgotten_attempts(&tx)?) + 1;
     let job = batch_name(job_dir, u32::try_from(attempt).unwrap_or(u32::MAX));
     let (phase, status) = if held.is_some() { (Phase::Final, Some(5)) } else { (Phase::Submitting, None) };
     let held = held.map(|f| f(&job));
@@ -331,8 +348,12 @@ pub fn set_abort_pending(c: &mut Connection, batch: &str, pending: bool) -> rusq
     Ok(())
 }
 
+/// The job's final status went out (or its abort landed): what is kept
+/// from now on answers a repeated status (phase, final status and ad) and
+/// a resubmit (attempt, phase); the submit ad, the bulk of a row, is read
+/// only to submit and deliver, so it goes.
 pub fn set_retired(c: &mut Connection, batch: &str) -> rusqlite::Result<()> {
-    c.prepare_cached("UPDATE blah_jobs SET retired = 1 WHERE batch = ?1")?.execute([batch])?;
+    c.prepare_cached("UPDATE blah_jobs SET retired = 1, ad = '', boinc_status = NULL WHERE batch = ?1")?.execute([batch])?;
     Ok(())
 }
 
@@ -361,13 +382,28 @@ pub fn add_project(c: &mut Connection, key: &str, url: &str, file: &std::path::P
     Ok(())
 }
 
-/// Forgets jobs that ended long ago (their ids are no longer asked for).
-pub fn prune(c: &mut Connection, older_than_secs: f64) -> rusqlite::Result<()> {
-    c.execute(
-        "DELETE FROM blah_jobs WHERE phase IN ('final', 'cancelled') AND abort_pending = 0 AND updated < ?1",
-        [unix_now() - older_than_secs],
+/// Forgets jobs that ended more than `older_than_secs` ago (their ids are
+/// no longer asked for), raising the forgotten attempts' high-water mark
+/// first, in the same transaction. Returns how many went.
+pub fn prune(c: &mut Connection, older_than_secs: f64) -> rusqlite::Result<usize> {
+    const ENDED: &str = "phase IN ('final', 'cancelled') AND abort_pending = 0 AND updated < ?1";
+    let cutoff = unix_now() - older_than_secs;
+    let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    tx.execute(
+        &format!(
+            "UPDATE blah_forgotten SET max_attempt = max(max_attempt, \
+             COALESCE((SELECT MAX(attempt) FROM blah_jobs WHERE {ENDED}), 0)) WHERE id = 0"
+        ),
+        [cutoff],
     )?;
-    Ok(())
+    let gone = tx.execute(&format!("DELETE FROM blah_jobs WHERE {ENDED}"), [cutoff])?;
+    tx.commit()?;
+    Ok(gone)
+}
+
+/// The highest attempt number of any forgotten job (0: none).
+fn forgotten_attempts(c: &Connection) -> rusqlite::Result<i64> {
+    Ok(c.query_row("SELECT max_attempt FROM blah_forgotten WHERE id = 0", [], |r| r.get(0)).optional()?.unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -409,6 +445,95 @@ mod tests {
         // Completed: a resubmit gets the completed attempt.
         set_phase(c, &b2, Phase::Final, Some(4), Some("[ ]".into())).unwrap();
         assert_eq!(claim(c, "dir", "k").1, b2);
+    }
+
+    #[test]
+    fn ended_jobs_are_forgotten_and_their_names_never_come_back() {
+        let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        db.with_conn(|c| {
+            let claim = |c: &mut Connection, dir: &str| claim_attempt(c, dir, "k", "[ A = 1 ]", None, None).unwrap().2;
+            let age = |c: &mut Connection, job: &str, secs: f64| {
+                c.execute("UPDATE blah_jobs SET updated = ?2 WHERE batch = ?1", params![job, unix_now() - secs]).unwrap();
+            };
+            // a: completed and delivered; b: cancelled twice (attempt 2);
+            // c: still running; d: cancelled, its abort owed; e: ended lately.
+            let a = claim(c, "a");
+            set_phase(c, &a, Phase::Final, Some(4), Some("[ JobStatus = 4; ExitCode = 0 ]".into()))?;
+            set_retired(c, &a)?;
+            let kept = load(c, &a)?.unwrap();
+            assert_eq!((kept.ad.as_str(), kept.boinc_status), ("", None), "a delivered job's record keeps no submit ad");
+            assert_eq!((kept.status, kept.final_ad.as_deref()), (Some(4), Some("[ JobStatus = 4; ExitCode = 0 ]")));
+            let b1 = claim(c, "b");
+            mark_cancelled(c, &b1)?;
+            let b2 = claim(c, "b");
+            assert_eq!(b2, "blah#b#2");
+            mark_cancelled(c, &b2)?;
+            let running = claim(c, "c");
+            set_phase(c, &running, Phase::Active, None, None)?;
+            let owed = claim(c, "d");
+            mark_cancelled(c, &owed)?;
+            set_abort_pending(c, &owed, true)?;
+            let lately = claim(c, "e");
+            mark_cancelled(c, &lately)?;
+            for job in [a.as_str(), "blah#b#1", &b2, &running, &owed] {
+                age(c, job, 1000.0);
+            }
+            age(c, &lately, 10.0);
+
+            assert_eq!(prune(c, 100.0)?, 3, "a and both attempts of b");
+            for (job, kept) in [(a.as_str(), false), ("blah#b#1", false), (&b2, false), (&running, true), (&owed, true), (&lately, true)] {
+                assert_eq!(load(c, job)?.is_some(), kept, "{job}");
+            }
+            assert_eq!(forgotten_attempts(c)?, 2);
+            // Forgotten: a new attempt is numbered above every forgotten
+            // one, so the server's batches blah#a#1, blah#b#1 and
+            // blah#b#2 are never asked for or made again.
+            assert_eq!(claim(c, "a"), "blah#a#3");
+            assert_eq!(claim(c, "b"), "blah#b#3");
+            assert_eq!(claim(c, "new"), "blah#new#3");
+            // Still recorded: numbered from its own attempts as before.
+            assert_eq!(claim(c, "e"), "blah#e#3");
+            mark_cancelled(c, "blah#e#3")?;
+            assert_eq!(claim(c, "e"), "blah#e#4");
+            // Nothing more has ended that long ago; the mark stays.
+            assert_eq!(prune(c, 100.0)?, 0);
+            assert_eq!(forgotten_attempts(c)?, 2);
+            // The ended jobs are found by the index, not a scan.
+            let plan: String = c.query_row(
+                "EXPLAIN QUERY PLAN SELECT 1 FROM blah_jobs WHERE phase IN ('final', 'cancelled') AND abort_pending = 0 AND updated < 0",
+                [],
+                |r| r.get(3),
+            )?;
+            assert!(plan.contains("blah_jobs_ended"), "{plan}");
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn the_forgotten_mark_starts_at_the_highest_attempt_recorded_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = StateDb::open(dir.path(), &[crate::state_db::MIGRATIONS, &MIGRATIONS[..2]]).unwrap();
+        before
+            .with_conn(|c| {
+                for attempt in [1, 4, 2] {
+                    c.execute(
+                        "INSERT INTO blah_jobs (batch, project, job_dir, attempt, ad, phase, updated) VALUES (?1, 'k', 'd', ?2, '', 'final', 0)",
+                        params![format!("blah#d#{attempt}"), attempt],
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        drop(before);
+        let after = StateDb::open(dir.path(), &[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        after
+            .with_conn(|c| {
+                assert_eq!(forgotten_attempts(c)?, 4);
+                assert_eq!(claim_attempt(c, "other", "k", "[ ]", None, None)?.2, "blah#other#5");
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]

@@ -86,9 +86,8 @@ impl BlahProject {
     pub(super) fn delivery(&mut self, batch: &str) -> Option<Delivery> {
         let job = self.jobs.get_mut(batch)?;
         let Some(ad) = job.ad() else {
-            let reason = "the daemon has no record of where this job's outputs go (its state database was lost); \
-                          condor_release the job to run it again";
-            self.finish(batch, job_status::HELD, held_ad(batch, reason));
+            let reason = format!("{}, so its outputs have nowhere to go; condor_release the job to run it again", self.no_record());
+            self.finish(batch, job_status::HELD, held_ad(batch, &reason));
             return None;
         };
         job.busy = true;

@@ -153,8 +153,10 @@ struct Job {
 
 impl Job {
     fn from_record(rec: JobRecord) -> Job {
-        let parsed =
-            ClassAd::parse(&rec.ad).map_err(|e| tracing::warn!(batch = %rec.batch, "its recorded submit ad is unreadable: {e}")).ok();
+        // A retired job's record keeps no submit ad (see store::set_retired).
+        let parsed = Some(rec.ad.as_str()).filter(|t| !t.is_empty()).and_then(|t| {
+            ClassAd::parse(t).map_err(|e| tracing::warn!(batch = %rec.batch, "its recorded submit ad is unreadable: {e}")).ok()
+        });
         let sequence = parsed.as_ref().is_some_and(sequence::is_sequence);
         let ad = parsed.map(|_| rec.ad.into_boxed_str());
         let final_ad = rec.final_ad.as_deref().and_then(|t| ClassAd::parse(t).ok());
@@ -256,6 +258,15 @@ impl BlahProject {
 
     pub(super) fn auth(&self) -> &Authenticator {
         &self.key.authenticator
+    }
+
+    /// What a hold reason says of a job the state database does not know.
+    pub(super) fn no_record(&self) -> String {
+        format!(
+            "the daemon has no record of this job (a job is forgotten forget_finished_jobs_after_secs = {} after it ended, \
+             or the daemon's state database was lost)",
+            self.config.blah.forget_finished_after.as_secs_f64()
+        )
     }
 
     /// Runs `work` as a task of its own, then `then` on the actor. (A

@@ -116,11 +116,15 @@ impl BlahProject {
             }
         }
         for (name, why) in lost {
-            let reason = format!(
-                "BOINC job {name} is not on {} ({why}): it was never created (the daemon stopped while submitting it?) \
-                 or was removed there; condor_release the job to submit it again",
-                self.key.url
-            );
+            let url = &self.key.url;
+            let reason = if self.jobs.get(&name).is_some_and(|j| j.ad.is_none()) {
+                format!("BOINC job {name} is not on {url} ({why}), and {}; condor_release the job to submit it again", self.no_record())
+            } else {
+                format!(
+                    "BOINC job {name} is not on {url} ({why}): it was never created (the daemon stopped while submitting it?) \
+                     or was removed there; condor_release the job to submit it again"
+                )
+            };
             self.finish(&name, job_status::HELD, held_ad(&name, &reason));
         }
         let todo: Vec<(String, String)> =
