@@ -414,3 +414,20 @@ mod tests {
         }
     }
 }
+
+/// Why an authenticator file gave no account key.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthenticatorFileError {
+    #[error("can't read the authenticator file {}: {source}", path.display())]
+    Unreadable { path: PathBuf, source: std::io::Error },
+    #[error("the authenticator file {} is empty", path.display())]
+    Empty { path: PathBuf },
+}
+
+/// The account key in an authenticator file: its first word (a file
+/// written by hand often ends with a line break, or has a comment after).
+/// Every reader of such a file goes through here.
+pub fn read_authenticator_file(path: &std::path::Path) -> Result<gahp_protocol::Authenticator, AuthenticatorFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| AuthenticatorFileError::Unreadable { path: path.into(), source })?;
+    text.split_whitespace().next().map(gahp_protocol::Authenticator::new).ok_or_else(|| AuthenticatorFileError::Empty { path: path.into() })
+}

@@ -9,7 +9,6 @@ use actix::prelude::*;
 use bytes::BytesMut;
 use futures_util::Stream;
 use gahp_protocol::gahp::{self, Frame, LineFramer, ReqId, Request, ReturnLine};
-use gahp_protocol::Authenticator;
 use tokio::io::AsyncRead;
 use tokio_util::codec::{Decoder, FramedRead};
 
@@ -137,9 +136,13 @@ impl Session {
             return Err(crate::tenancy::Refusal::Pool.to_string());
         }
         let file = t.authenticator_file(url).map_err(|e| e.to_string())?;
-        let text = std::fs::read_to_string(file).map_err(|e| format!("can't read the authenticator file of {url}: {e}"))?;
-        let key = text.split_whitespace().next().ok_or_else(|| format!("the authenticator file of {url} is empty"))?;
-        Ok(ProjectKey::new(url, Authenticator::new(key)))
+        // The client learns nothing of the serving host's files: the
+        // details are for its admin, in the log.
+        let key = crate::config::read_authenticator_file(file).map_err(|e| {
+            tracing::warn!(url, "a client's project has no usable authenticator: {e}");
+            format!("the authenticator of {url} can't be read on the serving host; ask its admin")
+        })?;
+        Ok(ProjectKey::new(url, key))
     }
 
     fn reply(&mut self, line: ReturnLine) {

@@ -54,10 +54,9 @@ impl Target {
     }
 }
 
-/// The first word of the file: the account key, as the daemon reads it.
+/// The account key, as the daemon reads it.
 pub fn read_authenticator(file: &std::path::Path) -> Result<Authenticator, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| format!("can't read the authenticator file {}: {e}", file.display()))?;
-    text.split_whitespace().next().map(Authenticator::new).ok_or_else(|| format!("the authenticator file {} is empty", file.display()))
+    gahp_actors::config::read_authenticator_file(file).map_err(|e| e.to_string())
 }
 
 /// An HTTP client for the project, as the daemon makes one.

@@ -45,8 +45,8 @@ pub enum TokenError {
     BadProject(String),
     #[error("a client needs at least one --project URL=AUTHFILE")]
     NoProjects,
-    #[error("the authenticator file {path} of {url}: {detail}")]
-    Authenticator { url: String, path: PathBuf, detail: String },
+    #[error("project {url}: {source}")]
+    Authenticator { url: String, source: gahp_actors::config::AuthenticatorFileError },
 }
 
 /// A token as a client presents it. Its Debug and Display redact it.
@@ -233,11 +233,9 @@ pub fn parse_project(arg: &str) -> Result<ClientProject, TokenError> {
     Ok(ClientProject { url: url.into(), authenticator_file: file.into() })
 }
 
-/// The first word of an authenticator file: the account key.
-pub fn read_authenticator(url: &str, path: &Path) -> Result<String, TokenError> {
-    let err = |detail: String| TokenError::Authenticator { url: url.into(), path: path.into(), detail };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    text.split_whitespace().next().map(String::from).ok_or_else(|| err("it is empty".into()))
+/// Checks that an authenticator file holds an account key now.
+fn check_authenticator(url: &str, path: &Path) -> Result<(), TokenError> {
+    gahp_actors::config::read_authenticator_file(path).map(drop).map_err(|source| TokenError::Authenticator { url: url.into(), source })
 }
 
 /// Holds `<tokens>.lock` locked while it lives: one `token` edit at a time.
@@ -266,7 +264,7 @@ pub fn add(path: &Path, name: &str, projects: Vec<ClientProject>) -> Result<Toke
     }
     let mut recorded = Vec::with_capacity(projects.len());
     for p in projects {
-        read_authenticator(&p.url, &p.authenticator_file)?;
+        check_authenticator(&p.url, &p.authenticator_file)?;
         let file = std::path::absolute(&p.authenticator_file).unwrap_or(p.authenticator_file);
         recorded.push(ClientProject { url: p.url, authenticator_file: file });
     }

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,6 @@ use futures_util::future::LocalBoxFuture;
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::{BlahCommand, BlahResult, CommandResult, ReqId};
-use gahp_protocol::Authenticator;
 use tokio::sync::oneshot;
 
 use crate::blah::map::{self, JobId, MapError, UNCONFIGURED};
@@ -77,8 +76,9 @@ impl BlahJobs {
                  another one is in use; condor_release the job to submit it again"
             ));
         };
-        let auth = read_authenticator(&file)?;
-        let key = ProjectKey::new(&url, Authenticator::new(auth));
+        let auth = crate::config::read_authenticator_file(&file)
+            .map_err(|e| format!("{e}: put the BOINC account key in it, then condor_release the job"))?;
+        let key = ProjectKey::new(&url, auth);
         let actor = BlahProject::new(
             pkey.to_string(),
             key,
@@ -307,19 +307,6 @@ fn forward(reply: impl Future<Output = Result<BlahResult, MailboxError>> + 'stat
             }
         })
     })
-}
-
-/// The first word of the file: the account key.
-fn read_authenticator(file: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(file).map_err(|e| {
-        format!("can't read the authenticator file {} ({e}): put the BOINC account key in it, then condor_release the job", file.display())
-    })?;
-    match text.split_whitespace().next() {
-        Some(word) => Ok(word.to_string()),
-        None => {
-            Err(format!("the authenticator file {} is empty: put the BOINC account key in it, then condor_release the job", file.display()))
-        }
-    }
 }
 
 fn config_name(config: &DaemonConfig) -> String {

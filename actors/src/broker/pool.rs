@@ -129,10 +129,7 @@ impl Pool {
     /// (relative paths are taken from the pool file's directory).
     pub fn load(path: &Path) -> Result<Pool, PoolError> {
         let text = std::fs::read_to_string(path).map_err(|source| PoolError::Read { path: path.to_path_buf(), source })?;
-        Pool::parse(path, &text, |f| {
-            let key = std::fs::read_to_string(f).map_err(|e| format!("authenticator file {}: {e}", f.display()))?;
-            key.split_whitespace().next().map(str::to_string).ok_or_else(|| format!("authenticator file {} is empty", f.display()))
-        })
+        Pool::parse(path, &text, |f| crate::config::read_authenticator_file(f).map(|a| a.expose().to_string()).map_err(|e| e.to_string()))
     }
 
     /// Parses the text; `read_key` turns an authenticator file into its key.
