@@ -70,7 +70,12 @@ impl Tenancy {
         Ok(match req {
             Request::Async { reqid, command } => Request::Async { reqid, command: self.command(command)? },
             Request::Sequence { .. } => return Err(Refusal::Unsupported("BOINC_SEQUENCE_*")),
-            Request::Blah { command: BlahCommand::JobSubmit { .. }, .. } => return Err(Refusal::Unsupported("BLAH_JOB_SUBMIT")),
+            // Until a served client can submit BLAH jobs it has none, and a
+            // job id is a BOINC name with no client prefix: status, cancel
+            // or refresh of one would reach a job of no client's (looked up
+            // on the project by that name, a cancel aborting it there).
+            ping @ Request::Blah { command: BlahCommand::Ping { .. }, .. } => ping,
+            Request::Blah { .. } => return Err(Refusal::Unsupported("BLAH_JOB_*")),
             other => other,
         })
     }
@@ -214,5 +219,12 @@ mod tests {
         assert!(t.rewrite(fetch("out", "/home/x/.ssh/authorized_keys")).is_err());
         assert_eq!(t.authenticator_file("http://127.0.0.1:1/p"), Ok(Path::new("/etc/a.auth")));
         assert!(t.authenticator_file("http://127.0.0.1:1/other/").is_err());
+        let blah = |command| Request::Blah { reqid: ReqId(3), command };
+        assert!(t.rewrite(blah(BlahCommand::Ping { batch_type: "boinc".into() })).is_ok());
+        for id in ["blah#home_bl_x_1.0_1#1", "alice~x"] {
+            for command in [BlahCommand::JobStatus { job_id: id.into() }, BlahCommand::JobCancel { job_id: id.into() }] {
+                assert_eq!(t.rewrite(blah(command)), Err(Refusal::Unsupported("BLAH_JOB_*")), "{id}");
+            }
+        }
     }
 }
