@@ -12,6 +12,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use gahp_protocol::gahp::sequence::SequenceCommand;
 use gahp_protocol::gahp::{AsyncCommand, BlahCommand, Request};
 
 /// Between the client's name and each of its batch and job names.
@@ -69,7 +70,7 @@ impl Tenancy {
     pub fn rewrite(&self, req: Request) -> Result<Request, Refusal> {
         Ok(match req {
             Request::Async { reqid, command } => Request::Async { reqid, command: self.command(command)? },
-            Request::Sequence { .. } => return Err(Refusal::Unsupported("BOINC_SEQUENCE_*")),
+            Request::Sequence { reqid, command } => Request::Sequence { reqid, command: self.sequence(command)? },
             // Until a served client can submit BLAH jobs it has none, and a
             // job id is a BOINC name with no client prefix: status, cancel
             // or refresh of one would reach a job of no client's (looked up
@@ -111,6 +112,29 @@ impl Tenancy {
             AsyncCommand::AbortJobs { jobs } => AsyncCommand::AbortJobs { jobs: jobs.iter().map(|j| self.name(j)).collect() },
             AsyncCommand::RetireBatch { batch } => AsyncCommand::RetireBatch { batch: self.name(&batch) },
             AsyncCommand::SetLease { batch, lease_time } => AsyncCommand::SetLease { batch: self.name(&batch), lease_time },
+        })
+    }
+
+    /// A sequence's name is the stem of every step's BOINC batch and job
+    /// name, so the prefix carries into those too.
+    fn sequence(&self, command: SequenceCommand) -> Result<SequenceCommand, Refusal> {
+        Ok(match command {
+            SequenceCommand::Create(mut c) => {
+                c.name = self.name(&c.name);
+                for file in c.state_files.iter_mut().chain(c.inputs.iter_mut()) {
+                    file.src = self.path(&file.src)?;
+                }
+                SequenceCommand::Create(c)
+            }
+            SequenceCommand::Fetch(mut f) => {
+                f.name = self.name(&f.name);
+                f.dir = self.path(&f.dir)?;
+                SequenceCommand::Fetch(f)
+            }
+            SequenceCommand::Extend { name, steps } => SequenceCommand::Extend { name: self.name(&name), steps },
+            SequenceCommand::End { name } => SequenceCommand::End { name: self.name(&name) },
+            SequenceCommand::Query { name } => SequenceCommand::Query { name: self.name(&name) },
+            SequenceCommand::Abort { name } => SequenceCommand::Abort { name: self.name(&name) },
         })
     }
 
@@ -195,6 +219,45 @@ mod tests {
         assert_eq!(t.unname(b"1 can't\\ open\\ /srv/clients/alice/files/out/err"), b"1 can't\\ open\\ out/err");
         // Another client's prefix is left alone: it names nothing of alice's.
         assert_eq!(t.unname(b"bob~j1"), b"bob~j1");
+    }
+
+    #[test]
+    fn a_sequence_is_named_for_its_client_and_reads_and_writes_in_its_area() {
+        use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, StepSelector};
+        let t = alice();
+        let seq = |command| Request::Sequence { reqid: ReqId(4), command };
+        let create = |state: &str, input: &str| {
+            seq(SequenceCommand::Create(CreateSequence {
+                name: "md".into(),
+                app_name: "stepper".into(),
+                steps: 2,
+                max_step_time: 60,
+                max_attempts: 2,
+                end_marker: None,
+                state_files: vec![InputFile { src: state.into(), dst_name: "state".into() }],
+                args: vec![],
+                inputs: vec![InputFile { src: input.into(), dst_name: "params".into() }],
+            }))
+        };
+        let Ok(Request::Sequence { command: SequenceCommand::Create(c), .. }) = t.rewrite(create("s0", "run/params")) else { panic!() };
+        assert_eq!(c.name, "alice~md");
+        assert_eq!(c.state_files[0].src, Path::new("/srv/clients/alice/files/s0"));
+        assert_eq!(c.inputs[0].src, Path::new("/srv/clients/alice/files/run/params"));
+        assert_eq!(t.rewrite(create("/etc/shadow", "p")), Err(Refusal::Path("/etc/shadow".into())));
+        assert_eq!(t.rewrite(create("s0", "../bob/files/p")), Err(Refusal::Path("../bob/files/p".into())));
+        let fetch =
+            |dir: &str| seq(SequenceCommand::Fetch(FetchSequence { name: "md".into(), step: StepSelector::Latest, dir: dir.into() }));
+        let Ok(Request::Sequence { command: SequenceCommand::Fetch(f), .. }) = t.rewrite(fetch("out")) else { panic!() };
+        assert_eq!((f.name.as_str(), f.dir.as_path()), ("alice~md", Path::new("/srv/clients/alice/files/out")));
+        assert!(t.rewrite(fetch("/tmp")).is_err());
+        for (command, want) in [
+            (SequenceCommand::Query { name: "md".into() }, SequenceCommand::Query { name: "alice~md".into() }),
+            (SequenceCommand::End { name: "md".into() }, SequenceCommand::End { name: "alice~md".into() }),
+            (SequenceCommand::Abort { name: "md".into() }, SequenceCommand::Abort { name: "alice~md".into() }),
+            (SequenceCommand::Extend { name: "md".into(), steps: 3 }, SequenceCommand::Extend { name: "alice~md".into(), steps: 3 }),
+        ] {
+            assert_eq!(t.rewrite(seq(command)), Ok(seq(want)));
+        }
     }
 
     #[test]
