@@ -38,6 +38,27 @@ pub struct SoakSpec {
     pub seed: u64,
     /// Batches (BOINC_*) and jobs (BLAH_*) kept in flight.
     pub in_flight: usize,
+    pub dialects: Dialects,
+}
+
+/// Which dialects the workload speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Dialects {
+    Both,
+    /// `BOINC_*` batches only.
+    Boinc,
+    /// `BLAH_*` jobs only.
+    Blah,
+}
+
+impl Dialects {
+    fn boinc(self) -> bool {
+        self != Dialects::Blah
+    }
+
+    fn blah(self) -> bool {
+        self != Dialects::Boinc
+    }
 }
 
 /// Log files the daemon keeps (rotated every minute in a soak).
@@ -222,8 +243,8 @@ pub fn soak(spec: &SoakSpec) -> Result<bool, String> {
         spec.duration.as_secs_f64() / 60.0,
         30_000.0 / scale,
         s.probe.as_secs_f64() * 1000.0,
-        spec.in_flight,
-        spec.in_flight,
+        if spec.dialects.boinc() { spec.in_flight } else { 0 },
+        if spec.dialects.blah() { spec.in_flight } else { 0 },
         spec.dir.display()
     );
     print_header();
@@ -313,12 +334,13 @@ impl Soak<'_> {
     /// One round: new work up to the in-flight target, the probes that are
     /// due, the results that came.
     fn step(&mut self) -> Result<(), String> {
+        let (boinc, blah) = (self.spec.dialects.boinc(), self.spec.dialects.blah());
         let active = self.batches.len();
-        for _ in active..self.spec.in_flight {
+        for _ in active..if boinc { self.spec.in_flight } else { 0 } {
             self.new_batch()?;
         }
         let active = self.blah.len();
-        for _ in active..self.spec.in_flight {
+        for _ in active..if blah { self.spec.in_flight } else { 0 } {
             self.new_blah()?;
         }
         let now = Instant::now();
