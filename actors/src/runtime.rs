@@ -28,8 +28,21 @@ pub struct Runtime {
 
 impl Runtime {
     /// Opens the state and starts the actors; call inside a running actix
-    /// System.
+    /// System. Results not yet read are kept in memory only: a new stdio
+    /// daemon serves a gridmanager that has given up on what it asked the
+    /// old one, and stored results would answer request ids this process
+    /// never accepted (docs/serve.md).
     pub fn start(config: DaemonConfig) -> io::Result<Runtime> {
+        Self::start_with(config, false)
+    }
+
+    /// A runtime of a client of `boinc_gahp serve`: its unread results are
+    /// kept in its state database and come back after a restart.
+    pub fn served(config: DaemonConfig) -> io::Result<Runtime> {
+        Self::start_with(config, true)
+    }
+
+    fn start_with(config: DaemonConfig, durable_results: bool) -> io::Result<Runtime> {
         let config = Arc::new(config);
         let db = StateDb::open(&config.state_dir, crate::SCHEMA)?;
         match crate::sequences::store::sweep_leftovers(&config.state_dir) {
@@ -38,7 +51,11 @@ impl Runtime {
             Err(e) => tracing::warn!("can't sweep the sequence content store: {e}"),
         }
         let stager = FileStager::new(db.clone(), config.hash_threads).start();
-        let queue = ResultQueue::default().start();
+        let queue = match durable_results {
+            true => ResultQueue::durable(db.clone()).map_err(io::Error::other)?,
+            false => ResultQueue::default(),
+        }
+        .start();
         let projects = Projects::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();
         let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
         projects.do_send(SetPools(PoolLink::to(pools.clone())));

@@ -111,7 +111,7 @@ impl Shared {
         config.blah.authenticator_file = first.map(|p| p.authenticator_file.clone());
         config.blah.allow_project_override = false;
         config.blah.pool = None;
-        let runtime = Runtime::start(config)?;
+        let runtime = Runtime::served(config)?;
         let tenancy = Tenancy { client: client.name.clone(), projects: projects_of(client), files };
         tracing::info!(client = %client.name, "started the client's runtime");
         tenants.insert(client.name.clone(), Tenant { runtime: runtime.clone(), tenancy: tenancy.clone(), session: None });
