@@ -2,7 +2,8 @@
 //! clients, 300 jobs on the simulated project, results queued and unread,
 //! commands in flight. Every client comes back and has each result once:
 //! what it had not read comes with its next RESULTS, what it had read never
-//! again, and what was in flight it asks again.
+//! again, and what was in flight it asks again. And what the clients of
+//! one serve share: an app's templates, per project and account.
 
 mod common;
 
@@ -331,4 +332,39 @@ fn kill_9_of_serve_loses_no_result_and_repeats_none() {
     }
     assert_eq!(total, 300);
     assert!(!lost_in_flight.is_empty(), "the kill came when nothing was in flight");
+}
+
+#[test]
+fn clients_on_one_account_share_an_apps_templates_and_another_account_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let other_auth = "0123456789abcdef0123456789abcdef";
+    let sim = Sim::start_config(dir.path(), &format!("[[users]]\nname = \"other\"\nauthenticator = \"{other_auth}\"\nsubmit_all = true\n"));
+    let tokens = dir.path().join("tokens.toml");
+    let ann = add_client(dir.path(), &tokens, &sim, "ann");
+    let bo = add_client(dir.path(), &tokens, &sim, "bo");
+    let cy = add_client(dir.path(), &tokens, &sim, "cy");
+    // Cy's account is another one.
+    std::fs::write(dir.path().join("cy.auth"), format!("{other_auth}\n")).unwrap();
+    let s = serve(dir.path(), &tokens);
+    let templates = || sim.calls("submit_rpc_handler.php:get_templates");
+    let submit = |token: &Path, name: &'static str, batch: &str| {
+        let mut c =
+            Client { name, token: token.to_path_buf(), area: PathBuf::new(), inputs: Vec::new(), next: 0, asked: BTreeMap::new(), got: HashMap::new(), g: None };
+        c.connect(&s, &sim, dir.path());
+        let area = dir.path().join("serve-state/clients").join(name).join("files");
+        std::fs::write(area.join("in"), format!("{name}\n")).unwrap();
+        c.inputs = vec![PathBuf::from("in"); JOBS];
+        let id = c.send(Asked::Submit(0), AsyncCommand::Submit(uppercase_batch(batch, &c.inputs)));
+        c.wait_for(&[id]);
+        assert_eq!(c.one(id).map(|r| r[0].as_str()), Some("NULL"), "{name}");
+    };
+    assert_eq!(templates(), 0);
+    submit(&ann, "ann", "t1");
+    assert_eq!(templates(), 1);
+    submit(&bo, "bo", "t1");
+    submit(&ann, "ann", "t2");
+    assert_eq!(templates(), 1, "Bo's submit and Ann's second use the templates Ann's first fetched");
+    submit(&cy, "cy", "t1");
+    assert_eq!(templates(), 2, "another account asks for its own");
+    assert_eq!(sim.batches_named("cy~t1").len(), 1);
 }
