@@ -232,7 +232,9 @@ fn kill_9_of_serve_loses_no_result_and_repeats_none() {
     let ann_fetches: Vec<u32> = clients[0].asked.iter().filter(|(_, a)| matches!(a, Asked::Fetch(_))).map(|(id, _)| *id).collect();
     clients[0].wait_for(&ann_fetches);
     for c in &clients {
-        until(&format!("{}'s outputs", c.name), || (0..BATCHES - 1).flat_map(job_names).all(|j| c.area.join(format!("out/{j}.txt")).exists()));
+        until(&format!("{}'s outputs", c.name), || {
+            (0..BATCHES - 1).flat_map(job_names).all(|j| c.area.join(format!("out/{j}.txt")).exists())
+        });
     }
     // Every fetch's result is queued (and stored) by now.
     std::thread::sleep(Duration::from_secs(1));
@@ -348,8 +350,16 @@ fn clients_on_one_account_share_an_apps_templates_and_another_account_does_not()
     let s = serve(dir.path(), &tokens);
     let templates = || sim.calls("submit_rpc_handler.php:get_templates");
     let submit = |token: &Path, name: &'static str, batch: &str| {
-        let mut c =
-            Client { name, token: token.to_path_buf(), area: PathBuf::new(), inputs: Vec::new(), next: 0, asked: BTreeMap::new(), got: HashMap::new(), g: None };
+        let mut c = Client {
+            name,
+            token: token.to_path_buf(),
+            area: PathBuf::new(),
+            inputs: Vec::new(),
+            next: 0,
+            asked: BTreeMap::new(),
+            got: HashMap::new(),
+            g: None,
+        };
         c.connect(&s, &sim, dir.path());
         let area = dir.path().join("serve-state/clients").join(name).join("files");
         std::fs::write(area.join("in"), format!("{name}\n")).unwrap();

@@ -70,7 +70,12 @@ impl Actor for ResultQueue {
 
 /// One change to the stored results, applied in order.
 enum Op {
-    Put { seq: u64, reqid: ReqId, head: Vec<u8>, tail: Bytes },
+    Put {
+        seq: u64,
+        reqid: ReqId,
+        head: Vec<u8>,
+        tail: Bytes,
+    },
     /// Every result up to this one (a RESULTS takes all that are queued).
     DeleteUpTo(u64),
 }
