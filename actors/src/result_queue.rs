@@ -296,3 +296,51 @@ impl Handler<SetAsync> for ResultQueue {
         self.maybe_notify();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[ResultLine]) -> Vec<String> {
+        lines.iter().map(|l| format!("{}{}", String::from_utf8_lossy(&l.head), String::from_utf8_lossy(&l.tail))).collect()
+    }
+
+    async fn complete(q: &Addr<ResultQueue>, ids: std::ops::RangeInclusive<u32>) {
+        for id in ids {
+            assert!(q.send(Accept(ReqId(id))).await.unwrap());
+            q.send(Complete { reqid: ReqId(id), result: CommandResult::Error(format!("r{id}")) }).await.unwrap();
+        }
+    }
+
+    fn stored(db: &StateDb) -> i64 {
+        db.with_conn(|c| c.query_row("SELECT count(*) FROM unread_results", [], |r| r.get(0))).unwrap()
+    }
+
+    #[test]
+    fn a_durable_queue_gives_again_what_was_not_taken_and_never_what_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path(), crate::SCHEMA).unwrap();
+        actix_rt::System::new().block_on(async {
+            let q = ResultQueue::durable(db.clone()).unwrap().start();
+            complete(&q, 1..=3).await;
+            assert_eq!(q.send(Drain).await.unwrap().len(), 3);
+            complete(&q, 4..=5).await;
+            // Stored a moment after they complete (a blocking thread writes).
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while stored(&db) != 2 {
+                assert!(std::time::Instant::now() < until, "{} stored", stored(&db));
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+
+            // A restart: the unread two, in order; their ids still pending.
+            let again = ResultQueue::durable(db.clone()).unwrap().start();
+            assert!(!again.send(Accept(ReqId(4))).await.unwrap(), "an unread result's id is still in use");
+            assert!(again.send(Accept(ReqId(1))).await.unwrap(), "a taken result's id is free");
+            // Their deletion is committed before the lines are handed out.
+            let lines = again.send(Drain).await.unwrap();
+            assert_eq!(text(&lines), ["4 r4", "5 r5"]);
+            assert_eq!(stored(&db), 0);
+            assert!(text(&ResultQueue::durable(db.clone()).unwrap().ready.into_iter().map(|(_, l)| l).collect::<Vec<_>>()).is_empty());
+        });
+    }
+}
