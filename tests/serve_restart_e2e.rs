@@ -181,6 +181,13 @@ fn until(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// The results serve keeps for a client and has not handed out.
+fn unread_stored(dir: &Path, client: &str) -> usize {
+    let db = dir.join("serve-state/clients").join(client).join("state.sqlite3");
+    let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    conn.query_row("SELECT count(*) FROM unread_results", [], |r| r.get::<_, i64>(0)).unwrap() as usize
+}
+
 fn job_names(b: usize) -> Vec<String> {
     (0..JOBS).map(|i| format!("b{b}#{i}.0")).collect()
 }
@@ -236,8 +243,12 @@ fn kill_9_of_serve_loses_no_result_and_repeats_none() {
             (0..BATCHES - 1).flat_map(job_names).all(|j| c.area.join(format!("out/{j}.txt")).exists())
         });
     }
-    // Every fetch's result is queued (and stored) by now.
-    std::thread::sleep(Duration::from_secs(1));
+    // Every result not read is stored (a moment after it completes): Bo's
+    // and Cy's submits and fetches, none of Ann's.
+    for c in &clients {
+        let want = if c.name == "ann" { 0 } else { (BATCHES - 1) * (JOBS + 1) };
+        until(&format!("{}'s results to be stored", c.name), || unread_stored(dir.path(), c.name) == want);
+    }
 
     // In flight at the kill: each client's last batch (its create_batch held
     // by the project) and queries of its batches (held too).
