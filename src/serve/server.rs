@@ -3,7 +3,7 @@
 //! across its connections (docs/serve.md).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use gahp_actors::runtime::Runtime;
+use gahp_actors::runtime::{OpenedState, Runtime};
 use gahp_actors::session::{EndSession, GahpDecoder, Session};
 use gahp_actors::tenancy::Tenancy;
 use gahp_actors::DaemonConfig;
@@ -63,6 +63,8 @@ struct Tenant {
 struct Shared {
     server: Server,
     tenants: RefCell<HashMap<String, Tenant>>,
+    /// Clients whose state is being opened.
+    opening: RefCell<HashSet<String>>,
     open: Cell<usize>,
     /// The tokens file as last read, and when it was written then.
     tokens: RefCell<(Option<SystemTime>, Rc<TokensFile>)>,
@@ -91,30 +93,42 @@ impl Shared {
         Ok(cached.1.clone())
     }
 
-    /// The client's tenant, started at its first connection.
-    fn tenant(&self, client: &Client) -> io::Result<(Runtime, Tenancy)> {
-        let mut tenants = self.tenants.borrow_mut();
-        if let Some(t) = tenants.get_mut(&client.name) {
+    /// The client's tenant, started at its first connection. Its state is
+    /// opened on a blocking thread (the SQLite file, its migrations, its
+    /// unread results): other clients go on meanwhile.
+    async fn tenant(&self, client: &Client) -> io::Result<(Runtime, Tenancy)> {
+        // Another connection of the client is opening it: use that one.
+        while self.opening.borrow().contains(&client.name) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(t) = self.tenants.borrow_mut().get_mut(&client.name) {
             // The admin may have changed its projects since.
             t.tenancy.projects = projects_of(client);
             return Ok((t.runtime.clone(), t.tenancy.clone()));
         }
         let dir = self.server.base.state_dir.join("clients").join(&client.name);
         let files = dir.join("files");
-        std::fs::create_dir_all(&files)?;
-        owner_only(&dir)?;
         let mut config = self.server.base.clone();
-        config.state_dir = dir;
+        config.state_dir = dir.clone();
         // Its BLAH jobs use its first project, never a file of its choosing.
         let first = client.projects.first();
         config.blah.project_url = first.map(|p| p.url.clone());
         config.blah.authenticator_file = first.map(|p| p.authenticator_file.clone());
         config.blah.allow_project_override = false;
         config.blah.pool = None;
-        let runtime = Runtime::start(config)?;
+        self.opening.borrow_mut().insert(client.name.clone());
+        let area = files.clone();
+        let opened = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&area)?;
+            owner_only(&dir)?;
+            OpenedState::open_served(config)
+        })
+        .await;
+        self.opening.borrow_mut().remove(&client.name);
+        let runtime = Runtime::on(opened.map_err(io::Error::other)??)?;
         let tenancy = Tenancy { client: client.name.clone(), projects: projects_of(client), files };
         tracing::info!(client = %client.name, "started the client's runtime");
-        tenants.insert(client.name.clone(), Tenant { runtime: runtime.clone(), tenancy: tenancy.clone(), session: None });
+        self.tenants.borrow_mut().insert(client.name.clone(), Tenant { runtime: runtime.clone(), tenancy: tenancy.clone(), session: None });
         Ok((runtime, tenancy))
     }
 
@@ -152,6 +166,7 @@ pub async fn run(server: Server, listener: TcpListener) {
     let shared = Rc::new(Shared {
         server,
         tenants: RefCell::default(),
+        opening: RefCell::default(),
         open: Cell::new(0),
         tokens: RefCell::new((None, Rc::new(TokensFile::default()))),
     });
@@ -257,7 +272,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         let _ = stream.shutdown().await;
         return;
     };
-    let (runtime, tenancy) = match shared.tenant(&client) {
+    let (runtime, tenancy) = match shared.tenant(&client).await {
         Ok(t) => t,
         Err(e) => {
             tracing::error!(client = %client.name, "can't start the client's runtime: {e}");

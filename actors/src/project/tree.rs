@@ -18,7 +18,7 @@ use crate::project::batch_monitor::{BatchMonitor, Query};
 use crate::project::output_fetcher::{Fetch, OutputFetcher};
 use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::submit_pipeline::{RunPipeline, SubmitPipeline};
-use crate::project::templates::TemplatesCache;
+use crate::project::templates::templates_of;
 use crate::project::ProjectKey;
 use crate::sequences::relocator::{PoolLink, SequenceRelocator};
 use crate::state_db::StateDb;
@@ -32,8 +32,6 @@ pub struct ProjectTree {
     fetcher: Addr<OutputFetcher>,
     sequences: Addr<SequenceRelocator>,
     db: StateDb,
-    /// One get_templates per app per period, however many submits.
-    templates: TemplatesCache,
 }
 
 impl ProjectTree {
@@ -43,7 +41,7 @@ impl ProjectTree {
         let fetcher = OutputFetcher::new(key.clone(), rpc.clone()).start();
         // Starting the tree resumes the account's sequences (after a restart).
         let sequences = SequenceRelocator::new(key.clone(), config.clone(), rpc.clone(), stager.clone(), db.clone(), pools).start();
-        ProjectTree { key, config, stager, rpc, monitor, fetcher, sequences, db, templates: TemplatesCache::default() }
+        ProjectTree { key, config, stager, rpc, monitor, fetcher, sequences, db }
     }
 }
 
@@ -96,7 +94,8 @@ impl Handler<Run> for ProjectTree {
                 let batch_name = batch.batch_name.clone();
                 // For the log lines of a failure: one buffer, not a String a job.
                 let job_names = JobNames::of(batch.jobs.iter().map(|j| j.name.as_str()));
-                let templates = self.templates.get(&rpc, &self.key.authenticator, &batch.app_name, deadline);
+                // One get_templates per app per period, however many submits.
+                let templates = templates_of(&self.key, &rpc, &batch.app_name, deadline);
                 let pipeline =
                     SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), self.db.clone(), batch, deadline)
                         .with_shared_templates(templates)

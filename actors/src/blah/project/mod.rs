@@ -50,7 +50,7 @@ use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::rpc::{RpcClient, RpcError};
 use crate::project::submit_pipeline::{SubmitError, PROJECT_DOWN};
-use crate::project::templates::{TemplatesCache, TemplatesCall};
+use crate::project::templates::TemplatesCall;
 use crate::project::tree::{ClientOf, SequencesOf};
 use crate::project::ProjectKey;
 use crate::projects::{Projects, TreeOf};
@@ -110,7 +110,6 @@ pub struct BlahProject {
     sequences: Option<Addr<SequenceRelocator>>,
     /// By BOINC job name.
     jobs: HashMap<String, Job>,
-    templates: TemplatesCache,
     /// Batches gathering jobs or being submitted.
     submitting: HashSet<String>,
     /// Batches being retired by this daemon.
@@ -244,7 +243,6 @@ impl BlahProject {
             rpc: None,
             sequences: None,
             jobs: HashMap::new(),
-            templates: TemplatesCache::default(),
             submitting: HashSet::new(),
             retired_batches: HashSet::new(),
             batch_ids: HashMap::new(),
