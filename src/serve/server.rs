@@ -111,6 +111,9 @@ impl Shared {
         config.blah.authenticator_file = first.map(|p| p.authenticator_file.clone());
         config.blah.allow_project_override = false;
         config.blah.pool = None;
+        // Its BLAH jobs' BOINC names are its own, and it has no others.
+        config.blah.name_prefix = format!("{}{}", client.name, gahp_actors::tenancy::NAME_SEPARATOR);
+        config.blah.known_jobs_only = true;
         let runtime = Runtime::start(config)?;
         let tenancy = Tenancy { client: client.name.clone(), projects: projects_of(client), files };
         tracing::info!(client = %client.name, "started the client's runtime");

@@ -98,7 +98,7 @@ impl BlahJobs {
             BlahCommand::Ping { .. } => self.ping(),
             BlahCommand::JobSubmit { ad } => self.submit(ad, ctx),
             BlahCommand::JobStatus { job_id } => self.status(job_id),
-            BlahCommand::JobCancel { job_id } => self.cancel(job_id),
+            BlahCommand::JobCancel { job_id } => self.cancel(job_id, ctx),
             // BOINC has no proxies to renew.
             BlahCommand::JobRefreshProxy { .. } => ready(BlahResult::ok()),
         }
@@ -143,6 +143,7 @@ impl BlahJobs {
             .filter(|_| !sequence)
             .map(|(app, _)| format!("{app}\n{}", ad.get("RequestMemory").map(|v| v.to_string()).unwrap_or_default()));
         // A job that names no project goes where the pool's matchmaking puts it.
+        let prefix = self.config.blah.name_prefix.clone();
         if let Some(place) = pool_placement(ad, &self.config.blah) {
             let (pools, store, me, text) = (self.pools.clone(), self.store.clone(), ctx.address(), ad.to_string());
             return Box::pin(async move {
@@ -154,14 +155,14 @@ impl BlahJobs {
                     Ok(Err(reason)) => (UNCONFIGURED.to_string(), Some(reason)),
                     Err(_) => (UNCONFIGURED.to_string(), Some("internal error: the broker stopped".into())),
                 };
-                claim(store, me, job_dir, pkey, held, text, gather_key).await
+                claim(store, me, job_dir, pkey, held, text, gather_key, prefix).await
             });
         }
         let (pkey, held) = match map::choose_project(ad, &self.config.blah) {
             Ok(choice) => self.learn(choice.url, choice.authenticator_file),
             Err(e) => (UNCONFIGURED.to_string(), Some(e.hold_reason())),
         };
-        Box::pin(claim(self.store.clone(), ctx.address(), job_dir, pkey, held, ad.to_string(), gather_key))
+        Box::pin(claim(self.store.clone(), ctx.address(), job_dir, pkey, held, ad.to_string(), gather_key, prefix))
     }
 
     /// Records a project a job was placed on (by key) and starts its actor;
@@ -178,18 +179,38 @@ impl BlahJobs {
     }
 
     fn status(&mut self, job_id: &str) -> Work {
-        let Some(id) = JobId::parse(job_id) else {
+        let not_ours = |job_id: &str| {
             let error = format!("{job_id} is not a job id of this BOINC GAHP");
-            return ready(BlahResult::Status { code: 1, error, status: 0, ad: None });
+            BlahResult::Status { code: 1, error, status: 0, ad: None }
+        };
+        let Some(id) = JobId::parse(job_id) else {
+            return ready(not_ours(job_id));
         };
         if id.project == UNCONFIGURED {
             let reason = MapError::NoProject { config: config_name(&self.config) }.hold_reason();
             return self.recorded_status(id.job, reason);
         }
-        match self.project(&id.project) {
-            Ok(p) => forward(p.send(Status { id }), "BLAH_JOB_STATUS"),
-            Err(reason) => self.recorded_status(id.job, reason),
+        let work = match self.project(&id.project) {
+            Ok(p) => forward(p.send(Status { id: id.clone() }), "BLAH_JOB_STATUS"),
+            Err(reason) => self.recorded_status(id.job.clone(), reason),
+        };
+        let job_id = job_id.to_string();
+        self.if_known(id.job, work, move || not_ours(&job_id))
+    }
+
+    /// `work`, or with `known_jobs_only` and no record of `job`,
+    /// `otherwise` (asking the project nothing).
+    fn if_known(&self, job: String, work: Work, otherwise: impl FnOnce() -> BlahResult + 'static) -> Work {
+        if !self.config.blah.known_jobs_only {
+            return work;
         }
+        let store = self.store.clone();
+        Box::pin(async move {
+            match store.read(move |c| store::load(c, &job)).await {
+                Ok(Some(_)) => work.await,
+                _ => otherwise(),
+            }
+        })
     }
 
     /// A job no project actor can answer for: its recorded final status,
@@ -209,11 +230,32 @@ impl BlahJobs {
     /// Marks the attempt cancelled (before anything else, so a resubmit of
     /// its JobDirectory makes a new attempt) and aborts it on BOINC. Code
     /// 0 for ids that are not ours or never reached a project: gone.
-    fn cancel(&mut self, job_id: &str) -> Work {
+    fn cancel(&mut self, job_id: &str, ctx: &Context<Self>) -> Work {
         let Some(id) = JobId::parse(job_id) else {
             tracing::info!("BLAH_JOB_CANCEL of an id that is not ours: {job_id}");
             return ready(BlahResult::ok());
         };
+        if self.config.blah.known_jobs_only {
+            // Looked up first: the abort must not start for a job of no record.
+            let (store, me, job_id) = (self.store.clone(), ctx.address(), job_id.to_string());
+            let job = id.job.clone();
+            return Box::pin(async move {
+                match store.read(move |c| store::load(c, &job)).await {
+                    Ok(Some(_)) => match me.send(CancelKnown(id)).await {
+                        Ok(result) => result,
+                        Err(_) => BlahCommand::JobCancel { job_id: String::new() }.failure("internal error: the BLAH front end stopped"),
+                    },
+                    _ => {
+                        tracing::info!("BLAH_JOB_CANCEL of an id this client has no job of: {job_id}");
+                        BlahResult::ok()
+                    }
+                }
+            });
+        }
+        self.cancel_known(id)
+    }
+
+    fn cancel_known(&mut self, id: JobId) -> Work {
         let j = id.job.clone();
         self.store.write("mark a job cancelled", move |c| store::mark_cancelled(c, &j));
         if id.project == UNCONFIGURED {
@@ -266,6 +308,7 @@ async fn claim(
     held: Option<String>,
     text: String,
     gather_key: Option<String>,
+    prefix: String,
 ) -> BlahResult {
     let gathering = store.gathering.clone();
     let held_reason = held.clone();
@@ -275,7 +318,7 @@ async fn claim(
             let hold = held.map(|reason| move |batch: &str| held_ad(batch, &reason).to_string());
             let key = gather_key.map(|k| format!("{pkey}\n{k}"));
             let gather = key.as_deref().map(|k| (&gathering, k));
-            store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String), gather)
+            store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String), gather, &prefix)
         })
         .await;
     match claimed {
@@ -377,6 +420,18 @@ impl Handler<Learn> for BlahJobs {
     type Result = MessageResult<Learn>;
     fn handle(&mut self, msg: Learn, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.learn(msg.0, msg.1))
+    }
+}
+
+/// A cancel of a job the state database has a record of.
+#[derive(Message)]
+#[rtype(result = "BlahResult")]
+struct CancelKnown(JobId);
+
+impl Handler<CancelKnown> for BlahJobs {
+    type Result = ResponseFuture<BlahResult>;
+    fn handle(&mut self, CancelKnown(id): CancelKnown, _: &mut Context<Self>) -> Self::Result {
+        self.cancel_known(id)
     }
 }
 
