@@ -1,8 +1,7 @@
 //! `boinc_gahp connect`: stdin/stdout to a `boinc_gahp serve` over TLS.
-//! It proves the token, then copies bytes both ways, so the gridmanager
-//! speaks GAHP to the remote second tier as to a local daemon. Files do not
-//! travel yet: the paths in requests name files in the client's area on
-//! the second tier (docs/serve.md).
+//! It proves the token, then relays GAHP both ways, so the gridmanager
+//! speaks to the remote second tier as to a local daemon; the files its
+//! requests name travel over the same connection (`relay`, docs/serve.md).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -85,7 +84,7 @@ fn client_config(args: &ConnectArgs) -> Result<rustls::ClientConfig, String> {
         .with_no_client_auth())
 }
 
-/// `AUTH`, its answer, then bytes both ways until the server closes.
+/// `AUTH`, its answer, then the relay until the server closes.
 async fn bridge(mut stream: impl AsyncRead + AsyncWrite + Unpin, token: &str) -> Result<(), String> {
     // A server over its connection limit closes at once: say so, however
     // the close shows (EOF or a reset).
@@ -105,33 +104,5 @@ async fn bridge(mut stream: impl AsyncRead + AsyncWrite + Unpin, token: &str) ->
         let why = line.strip_prefix("E ").unwrap_or(&line).replace("\\ ", " ").replace("\\\\", "\\");
         return Err(format!("the server refused: {why}"));
     }
-    let (mut from_server, mut to_server) = tokio::io::split(stream);
-    let mut stdout = tokio::io::stdout();
-    stdout.write_all(&buf).await.map_err(|e| e.to_string())?;
-    stdout.flush().await.map_err(|e| e.to_string())?;
-    let up = async {
-        let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut to_server).await;
-        let _ = to_server.shutdown().await;
-    };
-    let down = async {
-        let mut chunk = vec![0u8; 64 << 10];
-        loop {
-            match from_server.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if stdout.write_all(&chunk[..n]).await.is_err() || stdout.flush().await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    };
-    // The server's end of the stream ends the bridge; stdin's EOF only
-    // tells the server (which then ends the session).
-    tokio::pin!(down);
-    tokio::select! {
-        _ = &mut down => {}
-        _ = async { up.await; std::future::pending::<()>().await } => {}
-    }
-    Ok(())
+    super::relay::relay(stream, buf).await
 }

@@ -97,7 +97,7 @@ impl BlahJobs {
         match command {
             BlahCommand::Ping { .. } => self.ping(),
             BlahCommand::JobSubmit { ad } => self.submit(ad, ctx),
-            BlahCommand::JobStatus { job_id } => self.status(job_id),
+            BlahCommand::JobStatus { job_id } => self.status(job_id, ctx),
             BlahCommand::JobCancel { job_id } => self.cancel(job_id, ctx),
             // BOINC has no proxies to renew.
             BlahCommand::JobRefreshProxy { .. } => ready(BlahResult::ok()),
@@ -178,37 +178,41 @@ impl BlahJobs {
         (pkey, held)
     }
 
-    fn status(&mut self, job_id: &str) -> Work {
-        let not_ours = |job_id: &str| {
-            let error = format!("{job_id} is not a job id of this BOINC GAHP");
-            BlahResult::Status { code: 1, error, status: 0, ad: None }
-        };
+    fn status(&mut self, job_id: &str, ctx: &Context<Self>) -> Work {
         let Some(id) = JobId::parse(job_id) else {
             return ready(not_ours(job_id));
         };
+        if self.config.blah.known_jobs_only {
+            return self.if_known(id, ctx, BlahCommand::JobStatus { job_id: job_id.into() }, not_ours(job_id));
+        }
+        self.status_known(id)
+    }
+
+    fn status_known(&mut self, id: JobId) -> Work {
         if id.project == UNCONFIGURED {
             let reason = MapError::NoProject { config: config_name(&self.config) }.hold_reason();
             return self.recorded_status(id.job, reason);
         }
-        let work = match self.project(&id.project) {
-            Ok(p) => forward(p.send(Status { id: id.clone() }), "BLAH_JOB_STATUS"),
-            Err(reason) => self.recorded_status(id.job.clone(), reason),
-        };
-        let job_id = job_id.to_string();
-        self.if_known(id.job, work, move || not_ours(&job_id))
+        match self.project(&id.project) {
+            Ok(p) => forward(p.send(Status { id }), "BLAH_JOB_STATUS"),
+            Err(reason) => self.recorded_status(id.job, reason),
+        }
     }
 
-    /// `work`, or with `known_jobs_only` and no record of `job`,
-    /// `otherwise` (asking the project nothing).
-    fn if_known(&self, job: String, work: Work, otherwise: impl FnOnce() -> BlahResult + 'static) -> Work {
-        if !self.config.blah.known_jobs_only {
-            return work;
-        }
-        let store = self.store.clone();
+    /// With `known_jobs_only`: `command` if the state database has a
+    /// record of its job, else `otherwise`, asking the project nothing.
+    fn if_known(&self, id: JobId, ctx: &Context<Self>, command: BlahCommand, otherwise: BlahResult) -> Work {
+        let (store, me, job) = (self.store.clone(), ctx.address(), id.job.clone());
         Box::pin(async move {
             match store.read(move |c| store::load(c, &job)).await {
-                Ok(Some(_)) => work.await,
-                _ => otherwise(),
+                Ok(Some(_)) => {
+                    let failed = command.failure("internal error: the BLAH front end stopped");
+                    me.send(KnownJob { id, command }).await.unwrap_or(failed)
+                }
+                _ => {
+                    tracing::info!("{} of an id this client has no job of: {id}", command.code());
+                    otherwise
+                }
             }
         })
     }
@@ -236,21 +240,7 @@ impl BlahJobs {
             return ready(BlahResult::ok());
         };
         if self.config.blah.known_jobs_only {
-            // Looked up first: the abort must not start for a job of no record.
-            let (store, me, job_id) = (self.store.clone(), ctx.address(), job_id.to_string());
-            let job = id.job.clone();
-            return Box::pin(async move {
-                match store.read(move |c| store::load(c, &job)).await {
-                    Ok(Some(_)) => match me.send(CancelKnown(id)).await {
-                        Ok(result) => result,
-                        Err(_) => BlahCommand::JobCancel { job_id: String::new() }.failure("internal error: the BLAH front end stopped"),
-                    },
-                    _ => {
-                        tracing::info!("BLAH_JOB_CANCEL of an id this client has no job of: {job_id}");
-                        BlahResult::ok()
-                    }
-                }
-            });
+            return self.if_known(id, ctx, BlahCommand::JobCancel { job_id: job_id.into() }, BlahResult::ok());
         }
         self.cancel_known(id)
     }
@@ -333,6 +323,11 @@ async fn claim(
         }
         Err(e) => BlahResult::Submit { code: 1, error: format!("boinc-gahp can't record the job: {e}"), job_id: None },
     }
+}
+
+fn not_ours(job_id: &str) -> BlahResult {
+    let error = format!("{job_id} is not a job id of this BOINC GAHP");
+    BlahResult::Status { code: 1, error, status: 0, ad: None }
 }
 
 fn ready(r: BlahResult) -> Work {
@@ -423,15 +418,21 @@ impl Handler<Learn> for BlahJobs {
     }
 }
 
-/// A cancel of a job the state database has a record of.
+/// A status or cancel of a job the state database has a record of.
 #[derive(Message)]
 #[rtype(result = "BlahResult")]
-struct CancelKnown(JobId);
+struct KnownJob {
+    id: JobId,
+    command: BlahCommand,
+}
 
-impl Handler<CancelKnown> for BlahJobs {
+impl Handler<KnownJob> for BlahJobs {
     type Result = ResponseFuture<BlahResult>;
-    fn handle(&mut self, CancelKnown(id): CancelKnown, _: &mut Context<Self>) -> Self::Result {
-        self.cancel_known(id)
+    fn handle(&mut self, KnownJob { id, command }: KnownJob, _: &mut Context<Self>) -> Self::Result {
+        match command {
+            BlahCommand::JobCancel { .. } => self.cancel_known(id),
+            _ => self.status_known(id),
+        }
     }
 }
 
