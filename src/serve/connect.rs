@@ -23,6 +23,10 @@ pub struct ConnectArgs {
     /// Plain TCP instead of TLS, to a serve on a loopback address.
     #[arg(long)]
     pub insecure_loopback: bool,
+    /// Send no files: paths in requests name files in this client's area
+    /// on the serving host (put there by other means).
+    #[arg(long)]
+    pub remote_paths: bool,
 }
 
 pub fn run(args: &ConnectArgs) -> ExitCode {
@@ -55,7 +59,7 @@ async fn connect(args: &ConnectArgs) -> Result<(), String> {
         if !peer.ip().is_loopback() {
             return Err(format!("--insecure-loopback: {peer} is not a loopback address"));
         }
-        return bridge(tcp, &token).await;
+        return bridge(tcp, &token, !args.remote_paths).await;
     }
     let host = args.addr.rsplit_once(':').map_or(args.addr.as_str(), |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
     let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
@@ -63,7 +67,7 @@ async fn connect(args: &ConnectArgs) -> Result<(), String> {
         .connect(name, tcp)
         .await
         .map_err(|e| format!("TLS with {}: {e}", args.addr))?;
-    bridge(tls, &token).await
+    bridge(tls, &token, !args.remote_paths).await
 }
 
 fn client_config(args: &ConnectArgs) -> Result<rustls::ClientConfig, String> {
@@ -85,7 +89,7 @@ fn client_config(args: &ConnectArgs) -> Result<rustls::ClientConfig, String> {
 }
 
 /// `AUTH`, its answer, then the relay until the server closes.
-async fn bridge(mut stream: impl AsyncRead + AsyncWrite + Unpin, token: &str) -> Result<(), String> {
+async fn bridge(mut stream: impl AsyncRead + AsyncWrite + Unpin, token: &str, files: bool) -> Result<(), String> {
     // A server over its connection limit closes at once: say so, however
     // the close shows (EOF or a reset).
     let closed = |e: std::io::Error| format!("the server closed the connection before answering AUTH ({e})");
@@ -104,5 +108,5 @@ async fn bridge(mut stream: impl AsyncRead + AsyncWrite + Unpin, token: &str) ->
         let why = line.strip_prefix("E ").unwrap_or(&line).replace("\\ ", " ").replace("\\\\", "\\");
         return Err(format!("the server refused: {why}"));
     }
-    super::relay::relay(stream, buf).await
+    super::relay::relay(stream, buf, files).await
 }

@@ -239,8 +239,9 @@ enum Event {
 }
 
 /// Runs the connection after `AUTH` was answered `S`; `already` holds what
-/// the server sent after that answer.
-pub async fn relay(stream: impl AsyncRead + AsyncWrite + Unpin, already: BytesMut) -> Result<(), String> {
+/// the server sent after that answer. Without `files`, requests go as
+/// they are (their paths name files in the client's area there).
+pub async fn relay(stream: impl AsyncRead + AsyncWrite + Unpin, already: BytesMut, files: bool) -> Result<(), String> {
     let (reader, writer) = tokio::io::split(stream);
     let mut relay = Relay {
         link: Link { reader, writer, buf: already, held: VecDeque::new() },
@@ -250,7 +251,7 @@ pub async fn relay(stream: impl AsyncRead + AsyncWrite + Unpin, already: BytesMu
         block: None,
         pending: HashMap::new(),
     };
-    let files = relay.negotiate().await?;
+    let files = files && relay.negotiate().await?;
     let mut stdin = FramedRead::new(tokio::io::stdin(), GahpDecoder(LineFramer::new(MAX_LINE)));
     let mut stdin_open = true;
     loop {
