@@ -296,7 +296,8 @@ mod tests {
             }
             t.rewrite(blah(BlahCommand::JobSubmit { ad }))
         };
-        let Ok(Request::Blah { command: BlahCommand::JobSubmit { ad }, .. }) = submit(&[("TransferInput", "in/0/a, b"), ("Out", "/dev/null")])
+        let Ok(Request::Blah { command: BlahCommand::JobSubmit { ad }, .. }) =
+            submit(&[("TransferInput", "in/0/a, b"), ("Out", "/dev/null")])
         else {
             panic!()
         };

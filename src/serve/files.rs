@@ -146,17 +146,16 @@ pub enum Outgoing {
     Bytes(Bytes),
     /// A file command's answer line.
     Answer(Bytes),
-    File { header: Bytes, file: std::fs::File, size: u64 },
+    File {
+        header: Bytes,
+        file: std::fs::File,
+        size: u64,
+    },
 }
 
 /// Writes an [`Outgoing::File`]: the header, then `size` bytes of the file.
 /// A file that shrank meanwhile cannot be framed: the connection must end.
-pub async fn send_file(
-    w: &mut (impl tokio::io::AsyncWrite + Unpin),
-    header: &[u8],
-    file: std::fs::File,
-    size: u64,
-) -> io::Result<()> {
+pub async fn send_file(w: &mut (impl tokio::io::AsyncWrite + Unpin), header: &[u8], file: std::fs::File, size: u64) -> io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     w.write_all(header).await?;
     let mut from = tokio::fs::File::from_std(file).take(size);
@@ -288,7 +287,8 @@ impl Transfer {
                     up.failed = Some("bad SHA-256".into());
                 } else {
                     let dest = self.area.join(content_path(&up.sha256));
-                    match dest.parent().map(std::fs::create_dir_all).transpose().and_then(|_| gahp_actors::atomic_file::temp_beside(&dest)) {
+                    match dest.parent().map(std::fs::create_dir_all).transpose().and_then(|_| gahp_actors::atomic_file::temp_beside(&dest))
+                    {
                         Ok(tmp) => up.tmp = Some(tmp),
                         Err(e) => up.failed = Some(format!("can't store it: {e}")),
                     }
@@ -459,11 +459,8 @@ pub fn sweep(clients: &Path, keep: Duration) -> usize {
                     continue;
                 }
                 let path = item.path();
-                let gone = if item.file_type().is_ok_and(|t| t.is_dir()) {
-                    std::fs::remove_dir_all(&path)
-                } else {
-                    std::fs::remove_file(&path)
-                };
+                let gone =
+                    if item.file_type().is_ok_and(|t| t.is_dir()) { std::fs::remove_dir_all(&path) } else { std::fs::remove_file(&path) };
                 if gone.is_ok() {
                     removed += 1;
                 }

@@ -94,7 +94,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<R, W> {
             let rest = rest.strip_suffix(b"\r").unwrap_or(rest);
             let mut args = split_args(rest);
             let word = args.remove(0);
-            return Ok(if word == b"S" { Ok(args) } else { Err(args.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default()) });
+            return Ok(if word == b"S" {
+                Ok(args)
+            } else {
+                Err(args.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default())
+            });
         }
     }
 
@@ -328,13 +332,14 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         let rewritten = match req {
             Some(Request::ResponsePrefix(p)) => return self.forward(&line, Expect::Prefix(p)).await,
             Some(Request::Results) => return self.forward(&line, Expect::Results).await,
-            Some(Request::Async { reqid, command: AsyncCommand::Submit(mut s) }) => self.submit_inputs(&mut s).await.map(|()| {
-                gahp::request::format(&Request::Async { reqid, command: AsyncCommand::Submit(s) })
-            }),
+            Some(Request::Async { reqid, command: AsyncCommand::Submit(mut s) }) => self
+                .submit_inputs(&mut s)
+                .await
+                .map(|()| gahp::request::format(&Request::Async { reqid, command: AsyncCommand::Submit(s) })),
             Some(Request::Async { reqid, command: AsyncCommand::FetchOutput(f) }) => self.fetch_into_area(reqid, f).await,
-            Some(Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }) => self.blah_inputs(ad).await.map(|ad| {
-                gahp::request::format(&Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } })
-            }),
+            Some(Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }) => {
+                self.blah_inputs(ad).await.map(|ad| gahp::request::format(&Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }))
+            }
             Some(Request::Blah { reqid, command: BlahCommand::JobStatus { job_id } }) => {
                 self.pending.insert(reqid.0, Pending::BlahStatus { job_id });
                 Ok(line)
@@ -406,7 +411,10 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         let remote = blah_job_dir(&dir_token(job_dir));
         let fresh = [format!("{remote}/{REMAPS}"), format!("{remote}/.std")];
         self.link.command(&["FRESH", remote.as_str()]).await?.map_err(|why| format!("can't prepare {remote}: {why}"))?;
-        self.link.command(&["FRESH", fresh[0].as_str(), fresh[1].as_str()]).await?.map_err(|why| format!("can't prepare {remote}: {why}"))?;
+        self.link
+            .command(&["FRESH", fresh[0].as_str(), fresh[1].as_str()])
+            .await?
+            .map_err(|why| format!("can't prepare {remote}: {why}"))?;
 
         let mut inputs = Vec::new();
         for (i, entry) in list(&ad, "TransferInput", ',').into_iter().enumerate() {

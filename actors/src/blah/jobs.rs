@@ -142,10 +142,10 @@ impl BlahJobs {
             .ok()
             .filter(|_| !sequence)
             .map(|(app, _)| format!("{app}\n{}", ad.get("RequestMemory").map(|v| v.to_string()).unwrap_or_default()));
+        let job = Submitted { job_dir, text: ad.to_string(), gather_key, prefix: self.config.blah.name_prefix.clone() };
         // A job that names no project goes where the pool's matchmaking puts it.
-        let prefix = self.config.blah.name_prefix.clone();
         if let Some(place) = pool_placement(ad, &self.config.blah) {
-            let (pools, store, me, text) = (self.pools.clone(), self.store.clone(), ctx.address(), ad.to_string());
+            let (pools, store, me) = (self.pools.clone(), self.store.clone(), ctx.address());
             return Box::pin(async move {
                 let (pkey, held) = match pools.send(place).await {
                     Ok(Ok(choice)) => me
@@ -155,14 +155,14 @@ impl BlahJobs {
                     Ok(Err(reason)) => (UNCONFIGURED.to_string(), Some(reason)),
                     Err(_) => (UNCONFIGURED.to_string(), Some("internal error: the broker stopped".into())),
                 };
-                claim(store, me, job_dir, pkey, held, text, gather_key, prefix).await
+                claim(store, me, job, pkey, held).await
             });
         }
         let (pkey, held) = match map::choose_project(ad, &self.config.blah) {
             Ok(choice) => self.learn(choice.url, choice.authenticator_file),
             Err(e) => (UNCONFIGURED.to_string(), Some(e.hold_reason())),
         };
-        Box::pin(claim(self.store.clone(), ctx.address(), job_dir, pkey, held, ad.to_string(), gather_key, prefix))
+        Box::pin(claim(self.store.clone(), ctx.address(), job, pkey, held))
     }
 
     /// Records a project a job was placed on (by key) and starts its actor;
@@ -287,19 +287,20 @@ fn prune_period(retention: Duration) -> Duration {
 /// The work of one command, run as a task of its own.
 type Work = LocalBoxFuture<'static, BlahResult>;
 
-/// Records the job's attempt on project `pkey` (held with `held` if set;
-/// else joining the open BOINC batch of its gathering key, if any) and
-/// answers its id.
-async fn claim(
-    store: BlahStore,
-    me: Addr<BlahJobs>,
+/// A submitted job as its attempt is recorded: its `JobDirectory`, its ad,
+/// the key of the batches it may share, its BOINC names' prefix.
+struct Submitted {
     job_dir: String,
-    pkey: String,
-    held: Option<String>,
     text: String,
     gather_key: Option<String>,
     prefix: String,
-) -> BlahResult {
+}
+
+/// Records the job's attempt on project `pkey` (held with `held` if set;
+/// else joining the open BOINC batch of its gathering key, if any) and
+/// answers its id.
+async fn claim(store: BlahStore, me: Addr<BlahJobs>, job: Submitted, pkey: String, held: Option<String>) -> BlahResult {
+    let Submitted { job_dir, text, gather_key, prefix } = job;
     let gathering = store.gathering.clone();
     let held_reason = held.clone();
     let condor_job = map::condor_job_id_of_dir(&job_dir).unwrap_or_else(|| "unknown".into());
