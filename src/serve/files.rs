@@ -1,7 +1,8 @@
 //! Files over a served client's connection, the server's side
 //! (docs/serve.md, "Files over the connection"). After `FILES 1`, a few
 //! words are file commands rather than GAHP: `HAVE`, `PUT` (followed by
-//! exactly its size in raw bytes), `STAGE`, `FRESH`, `LIST` and `GET`.
+//! exactly its size in raw bytes), `STAGE`, `FRESH`, `MKDIR`, `LIST` and
+//! `GET`.
 //! Each is answered by one line starting `FILES ` (`GET`'s then by the
 //! file's bytes), which no GAHP line of the session starts with.
 //!
@@ -27,7 +28,7 @@ use tokio_util::codec::Decoder;
 pub const DIR: &str = ".transfer";
 
 /// The words that are file commands once `FILES 1` was sent.
-pub const COMMANDS: [&str; 7] = ["FILES", "HAVE", "PUT", "STAGE", "FRESH", "LIST", "GET"];
+pub const COMMANDS: [&str; 8] = ["FILES", "HAVE", "PUT", "STAGE", "FRESH", "MKDIR", "LIST", "GET"];
 
 /// Where an input of this content is kept, relative to the area.
 pub fn content_path(sha256: &str) -> String {
@@ -319,6 +320,12 @@ impl Transfer {
                         Err(e) => return Err(e.into()),
                     }
                     std::fs::create_dir_all(&dir)?;
+                }
+                self.answer(true, &[]);
+            }
+            b"MKDIR" => {
+                for a in &args[1..] {
+                    std::fs::create_dir_all(self.path(a)?)?;
                 }
                 self.answer(true, &[]);
             }

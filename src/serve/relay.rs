@@ -409,12 +409,10 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         };
         let iwd = absolute(Path::new(iwd.trim()));
         let remote = blah_job_dir(&dir_token(job_dir));
-        let fresh = [format!("{remote}/{REMAPS}"), format!("{remote}/.std")];
-        self.link.command(&["FRESH", remote.as_str()]).await?.map_err(|why| format!("can't prepare {remote}: {why}"))?;
-        self.link
-            .command(&["FRESH", fresh[0].as_str(), fresh[1].as_str()])
-            .await?
-            .map_err(|why| format!("can't prepare {remote}: {why}"))?;
+        // Not emptied: a resubmit after a lost result gets the attempt
+        // that completed, whose outputs are there.
+        let dirs = [format!("{remote}/{REMAPS}"), format!("{remote}/.std")];
+        self.link.command(&["MKDIR", dirs[0].as_str(), dirs[1].as_str()]).await?.map_err(|why| format!("can't prepare {remote}: {why}"))?;
 
         let mut inputs = Vec::new();
         for (i, entry) in list(&ad, "TransferInput", ',').into_iter().enumerate() {
