@@ -85,7 +85,8 @@ impl Serve {
     /// A GAHP client through `boinc_gahp connect`.
     fn connect(&self, token_file: &Path, cwd: &Path) -> GahpClient {
         let (addr, ca) = (self.addr(), self.ca.to_str().unwrap().to_string());
-        let args = ["connect", addr.as_str(), "--token-file", token_file.to_str().unwrap(), "--ca", ca.as_str()];
+        // The tests put the client's files in its area themselves.
+        let args = ["connect", addr.as_str(), "--token-file", token_file.to_str().unwrap(), "--ca", ca.as_str(), "--remote-paths"];
         GahpClient::spawn(exe(), &args, &[], cwd).expect("connect reads the banner")
     }
 
@@ -200,12 +201,13 @@ fn a_client_runs_a_batch_through_serve_and_another_client_cannot_see_it() {
     let pool = Request::SelectProject { url: "pool:/etc/boinc-gahp/pool.toml".into(), authenticator: Authenticator::new("-") };
     assert_eq!(a.command(&pool).unwrap(), ["E"]);
     // The BLAH dialect: a ping reaches her token's first project; a submit
-    // (its ad names files here) is not offered yet.
+    // whose ad names files in her area is taken (tests/serve_files_e2e.rs
+    // runs BLAH jobs through connect with their files).
     let ping = a.call(|id| Request::Blah { reqid: ReqId(id), command: BlahCommand::Ping { batch_type: "boinc".into() } }, WAIT);
     assert_eq!(ping.unwrap(), ["0", "No error"]);
     let ad = gahp_testkit::blah_job_ad(Path::new("in"), "job1", &[]);
     let id = a.reqid();
-    assert_eq!(a.command(&Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }).unwrap(), ["E"]);
+    assert_eq!(a.command(&Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }).unwrap(), ["S"]);
 
     // Bob, on the same BOINC account, gets for Alice's batch and jobs exactly
     // what he gets for ones that do not exist.
@@ -343,7 +345,7 @@ fn results_wait_for_a_client_that_comes_back_on_a_new_connection() {
     let s = serve(dir.path(), &tokens, &["--insecure-loopback"]);
     let plain = |token: &Path| {
         let addr = s.addr();
-        GahpClient::spawn(exe(), &["connect", &addr, "--token-file", token.to_str().unwrap(), "--insecure-loopback"], &[], dir.path())
+        GahpClient::spawn(exe(), &["connect", &addr, "--token-file", token.to_str().unwrap(), "--insecure-loopback", "--remote-paths"], &[], dir.path())
             .unwrap()
     };
     let area = s.files("alice");

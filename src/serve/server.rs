@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
 
+use super::files::{self, Incoming, Outgoing, ServeDecoder, Transfer};
 use super::tokens::{Client, Token, TokensFile};
 
 /// How a connection is guarded; every field has a `serve` flag.
@@ -50,6 +51,9 @@ pub struct Server {
     pub tokens: PathBuf,
     pub base: DaemonConfig,
     pub limits: Limits,
+    /// What the file protocol keeps (inputs, outputs not fetched) is
+    /// deleted after this.
+    pub keep_files: Duration,
 }
 
 /// One client: its runtime (results, batches, jobs), started at its first
@@ -116,6 +120,9 @@ impl Shared {
         config.blah.authenticator_file = first.map(|p| p.authenticator_file.clone());
         config.blah.allow_project_override = false;
         config.blah.pool = None;
+        // Its BLAH jobs' BOINC names are its own, and it has no others.
+        config.blah.name_prefix = format!("{}{}", client.name, gahp_actors::tenancy::NAME_SEPARATOR);
+        config.blah.known_jobs_only = true;
         self.opening.borrow_mut().insert(client.name.clone());
         let area = files.clone();
         let opened = tokio::task::spawn_blocking(move || {
@@ -169,6 +176,16 @@ pub async fn run(server: Server, listener: TcpListener) {
         opening: RefCell::default(),
         open: Cell::new(0),
         tokens: RefCell::new((None, Rc::new(TokensFile::default()))),
+    });
+    let (clients, keep) = (shared.server.base.state_dir.join("clients"), shared.server.keep_files);
+    actix_rt::spawn(async move {
+        loop {
+            let gone = files::sweep(&clients, keep);
+            if gone > 0 {
+                tracing::info!(entries = gone, "deleted transferred files kept longer than the retention");
+            }
+            tokio::time::sleep((keep / 24).clamp(Duration::from_millis(200), Duration::from_secs(3600))).await;
+        }
     });
     let watcher = shared.clone();
     actix_rt::spawn(async move {
@@ -287,7 +304,8 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
 
     let (reader, mut writer) = tokio::io::split(stream);
     let unread = Arc::new(AtomicUsize::new(0));
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Bytes>();
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
+    let transfer = Transfer::new(tenancy.clone(), out_tx.clone());
     let (in_tx, mut in_rx) = mpsc::channel::<io::Result<Frame>>(16);
     let output = Box::new(ChannelWriter { buf: Vec::new(), tx: out_tx, unread: unread.clone(), max: limits.max_unread_bytes });
     let frames = futures_util::stream::poll_fn(move |cx| in_rx.poll_recv(cx));
@@ -305,10 +323,16 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     }
 
     let writing = actix_rt::spawn(async move {
-        while let Some(chunk) = out_rx.recv().await {
-            let n = chunk.len();
-            let written = writer.write_all(&chunk).await;
-            unread.fetch_sub(n, Ordering::Relaxed);
+        while let Some(out) = out_rx.recv().await {
+            let written = match out {
+                Outgoing::Bytes(chunk) => {
+                    let written = writer.write_all(&chunk).await;
+                    unread.fetch_sub(chunk.len(), Ordering::Relaxed);
+                    written
+                }
+                Outgoing::Answer(line) => writer.write_all(&line).await,
+                Outgoing::File { header, file, size } => files::send_file(&mut writer, &header, file, size).await,
+            };
             if written.is_err() {
                 break;
             }
@@ -316,7 +340,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         let _ = writer.shutdown().await;
     });
     let name = client.name.clone();
-    read_requests(reader, rest, in_tx, &limits, &name).await;
+    read_requests(reader, rest, in_tx, transfer, &limits, &name).await;
     let _ = writing.await;
     tracing::info!(client = %name, %peer, "connection closed");
 }
@@ -327,10 +351,11 @@ async fn read_requests(
     reader: impl AsyncRead + Unpin,
     already: BytesMut,
     to_session: mpsc::Sender<io::Result<Frame>>,
+    mut transfer: Transfer,
     limits: &Limits,
     client: &str,
 ) {
-    let mut framed = FramedRead::new(reader, GahpDecoder(LineFramer::new(limits.max_line)));
+    let mut framed = FramedRead::new(reader, ServeDecoder::new(GahpDecoder(LineFramer::new(limits.max_line))));
     framed.read_buffer_mut().extend_from_slice(&already);
     let rate = f64::from(limits.commands_per_sec.max(1));
     let mut budget = rate;
@@ -341,6 +366,11 @@ async fn read_requests(
             _ = to_session.closed() => return,
         };
         let frame = match next {
+            // A file's bytes are not request lines.
+            Ok(Some(Ok(body @ (Incoming::Body(_) | Incoming::BodyEnd)))) => {
+                transfer.handle(body);
+                continue;
+            }
             Ok(Some(f)) => f,
             Ok(None) => return,
             Err(_) => {
@@ -357,6 +387,19 @@ async fn read_requests(
             last = Instant::now();
         }
         budget -= 1.0;
+        let frame = match frame {
+            Ok(Incoming::Gahp(frame)) => {
+                if let Frame::Line(line) = &frame {
+                    transfer.observe(line);
+                }
+                Ok(frame)
+            }
+            Ok(file) => {
+                transfer.handle(file);
+                continue;
+            }
+            Err(e) => Err(e),
+        };
         if to_session.send(frame).await.is_err() {
             return;
         }
@@ -368,7 +411,7 @@ async fn read_requests(
 /// than the limit unread.
 struct ChannelWriter {
     buf: Vec<u8>,
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::UnboundedSender<Outgoing>,
     unread: Arc<AtomicUsize>,
     max: usize,
 }
@@ -388,7 +431,7 @@ impl Write for ChannelWriter {
         if pending > self.max {
             return Err(io::Error::other(format!("the client left {pending} bytes unread")));
         }
-        self.tx.send(chunk).map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "connection closed"))
+        self.tx.send(Outgoing::Bytes(chunk)).map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "connection closed"))
     }
 }
 
