@@ -91,7 +91,7 @@ struct Client {
 impl Client {
     fn connect(&mut self, s: &Serve, sim: &Sim, cwd: &Path) {
         let addr = format!("127.0.0.1:{}", s.port);
-        let args = ["connect", addr.as_str(), "--token-file", self.token.to_str().unwrap(), "--insecure-loopback"];
+        let args = ["connect", addr.as_str(), "--token-file", self.token.to_str().unwrap(), "--insecure-loopback", "--remote-paths"];
         let mut g = GahpClient::spawn(exe(), &args, &[], cwd).expect("connect reads the banner");
         assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
         self.g = Some(g);
