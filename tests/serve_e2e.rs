@@ -345,8 +345,13 @@ fn results_wait_for_a_client_that_comes_back_on_a_new_connection() {
     let s = serve(dir.path(), &tokens, &["--insecure-loopback"]);
     let plain = |token: &Path| {
         let addr = s.addr();
-        GahpClient::spawn(exe(), &["connect", &addr, "--token-file", token.to_str().unwrap(), "--insecure-loopback", "--remote-paths"], &[], dir.path())
-            .unwrap()
+        GahpClient::spawn(
+            exe(),
+            &["connect", &addr, "--token-file", token.to_str().unwrap(), "--insecure-loopback", "--remote-paths"],
+            &[],
+            dir.path(),
+        )
+        .unwrap()
     };
     let area = s.files("alice");
     std::fs::create_dir_all(&area).unwrap();
