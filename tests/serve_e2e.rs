@@ -4,116 +4,36 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::serve::*;
 use common::*;
 use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 use gahp_protocol::gahp::BlahCommand;
 
-struct Serve {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-    ca: PathBuf,
-    tokens: PathBuf,
+/// The tests put a client's files in its area themselves.
+const REMOTE_PATHS: &[&str] = &["--remote-paths"];
+
+/// `connect` that is refused: its exit status and what it says.
+fn refused(s: &Serve, token_file: &Path) -> String {
+    let out = Command::new(boinc_gahp()).args(s.connect_args(token_file, &[])).stdin(Stdio::null()).output().unwrap();
+    assert!(!out.status.success() && out.stdout.is_empty(), "a refused connect writes no GAHP");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn exe() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_boinc_gahp"))
-}
-
-/// `token add NAME` for the sim's project; returns the token file's path.
-fn add_client(dir: &Path, tokens: &Path, sim: &Sim, name: &str) -> PathBuf {
-    let auth = dir.join(format!("{name}.auth"));
-    std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
-    let out = Command::new(exe())
-        .args(["token", "add", name, "--tokens", tokens.to_str().unwrap(), "--project"])
-        .arg(format!("{}={}", sim.url, auth.display()))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let file = dir.join(format!("{name}.token"));
-    std::fs::write(&file, &out.stdout).unwrap();
-    file
-}
-
-/// A serve with a throwaway certificate for 127.0.0.1; `extra` flags after
-/// `serve`. The tokens file must exist: add a client first.
-fn serve(dir: &Path, tokens: &Path, extra: &[&str]) -> Serve {
-    serve_with(dir, tokens, &[], extra)
-}
-
-/// `serve` with the daemon's own flags (`global`, before `serve`) too.
-fn serve_with(dir: &Path, tokens: &Path, global: &[&str], extra: &[&str]) -> Serve {
-    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
-    let (ca, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&ca, cert.cert.pem()).unwrap();
-    std::fs::write(&key, cert.key_pair.serialize_pem()).unwrap();
-    let state = dir.join("serve-state");
-    let mut cmd = Command::new(exe());
-    cmd.args(["--state-dir", state.to_str().unwrap(), "--log-file", dir.join("gahp.log").to_str().unwrap(), "--retry-base-ms", "20"]);
-    cmd.args(global);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens", tokens.to_str().unwrap()]);
-    if !extra.contains(&"--insecure-loopback") {
-        cmd.args(["--tls-cert", ca.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
-    }
-    cmd.args(extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in {line:?}"));
-    Serve { child, port, dir: state, ca, tokens: tokens.to_path_buf() }
-}
-
-impl Serve {
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// A GAHP client through `boinc_gahp connect`.
-    fn connect(&self, token_file: &Path, cwd: &Path) -> GahpClient {
-        let (addr, ca) = (self.addr(), self.ca.to_str().unwrap().to_string());
-        // The tests put the client's files in its area themselves.
-        let args = ["connect", addr.as_str(), "--token-file", token_file.to_str().unwrap(), "--ca", ca.as_str(), "--remote-paths"];
-        GahpClient::spawn(exe(), &args, &[], cwd).expect("connect reads the banner")
-    }
-
-    /// `connect` that is refused: its exit status and what it says.
-    fn refused(&self, token_file: &Path) -> String {
-        let out = Command::new(exe())
-            .args(["connect", &self.addr(), "--token-file", token_file.to_str().unwrap(), "--ca", self.ca.to_str().unwrap()])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        assert!(!out.status.success() && out.stdout.is_empty(), "a refused connect writes no GAHP");
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-
-    fn files(&self, client: &str) -> PathBuf {
-        self.dir.join("clients").join(client).join("files")
-    }
-
-    fn open_fds(&self) -> usize {
-        std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).map(|d| d.count()).unwrap_or(0)
-    }
+fn open_fds(s: &Serve) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", s.child.id())).map(|d| d.count()).unwrap_or(0)
 }
 
 /// A TLS connection that trusts the test's certificate, with a read timeout.
 fn tls(s: &Serve) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(&s.ca).unwrap();
+    let pem = std::fs::read(s.ca.as_ref().unwrap()).unwrap();
     for c in rustls_pemfile::certs(&mut pem.as_slice()) {
         roots.add(c.unwrap()).unwrap();
     }
@@ -171,7 +91,7 @@ fn a_client_runs_a_batch_through_serve_and_another_client_cannot_see_it() {
         })
         .collect();
 
-    let mut a = s.connect(&alice, dir.path());
+    let mut a = s.connect(&alice, dir.path(), REMOTE_PATHS);
     assert!(a.banner.starts_with("$GahpVersion"), "{}", a.banner);
     // Whatever authenticator the client sends, its token's is used.
     let select = Request::SelectProject { url: sim.url.clone(), authenticator: Authenticator::new("not-the-key") };
@@ -211,7 +131,7 @@ fn a_client_runs_a_batch_through_serve_and_another_client_cannot_see_it() {
 
     // Bob, on the same BOINC account, gets for Alice's batch and jobs exactly
     // what he gets for ones that do not exist.
-    let mut b = s.connect(&bob, dir.path());
+    let mut b = s.connect(&bob, dir.path(), REMOTE_PATHS);
     assert_eq!(b.command(&sim.select()).unwrap(), ["S"]);
     let ask = |b: &mut GahpClient, cmd: AsyncCommand| b.call(|id| async_cmd(id, cmd), WAIT).unwrap();
     for (hers, none) in [
@@ -235,7 +155,7 @@ fn a_client_runs_a_batch_through_serve_and_another_client_cannot_see_it() {
     let jobs = wait_finished(&mut a, "b1");
     assert!(jobs.iter().all(|(_, st)| st == "DONE"), "{jobs:?}");
 
-    let log = log_text(dir.path());
+    let log = s.log_text();
     for secret in [sim.auth.as_str(), std::fs::read_to_string(&alice).unwrap().trim()] {
         assert!(!log.contains(secret), "a secret in the log");
     }
@@ -252,16 +172,16 @@ fn no_token_a_wrong_or_revoked_token_garbage_and_plain_tcp_are_refused() {
 
     let wrong = dir.path().join("wrong.token");
     std::fs::write(&wrong, "bgt_0000000000000000000000000000000000000000000000000000000000000000\n").unwrap();
-    assert!(s.refused(&wrong).contains("the server refused: token refused"), "{}", s.refused(&wrong));
+    assert!(refused(&s, &wrong).contains("the server refused: token refused"), "{}", refused(&s, &wrong));
 
     // Carol is connected when she is revoked: her session ends, and her token
     // is then refused exactly like a wrong one.
-    let mut c = s.connect(&carol, dir.path());
+    let mut c = s.connect(&carol, dir.path(), REMOTE_PATHS);
     assert_eq!(c.command_line(b"COMMANDS").unwrap()[0], "S");
-    let out = Command::new(exe()).args(["token", "revoke", "carol", "--tokens", s.tokens.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(boinc_gahp()).args(["token", "revoke", "carol", "--tokens", s.tokens.to_str().unwrap()]).output().unwrap();
     assert!(out.status.success());
     assert!(c.wait_exit(Duration::from_secs(20)).unwrap().is_some(), "the revoked client's connection ends");
-    assert!(s.refused(&carol).contains("the server refused: token refused"));
+    assert!(refused(&s, &carol).contains("the server refused: token refused"));
 
     // No token: nothing sent in time.
     let mut t = tls(&s);
@@ -289,14 +209,14 @@ fn no_token_a_wrong_or_revoked_token_garbage_and_plain_tcp_are_refused() {
 
     // After all that, a good client goes on, and a 10 MB line (over its
     // 1 MiB limit) gets E without ending its session.
-    let mut a = s.connect(&alice, dir.path());
+    let mut a = s.connect(&alice, dir.path(), REMOTE_PATHS);
     assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
     let mut long = b"BOINC_PING 7 ".to_vec();
     long.extend(std::iter::repeat_n(b'x', 10 << 20));
     assert_eq!(a.command_line(&long).unwrap(), ["E"]);
     assert_eq!(a.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
 
-    let log = log_text(dir.path());
+    let log = s.log_text();
     assert!(log.contains("TLS handshake failed") && log.contains("unknown token"), "refusals are logged");
     assert!(!log.contains(std::fs::read_to_string(&alice).unwrap().trim()) && !log.contains(&sim.auth));
 }
@@ -308,23 +228,23 @@ fn a_thousand_half_open_connections_stall_no_one_and_their_descriptors_return() 
     let tokens = dir.path().join("tokens.toml");
     let alice = add_client(dir.path(), &tokens, &sim, "alice");
     let s = serve(dir.path(), &tokens, &["--auth-timeout", "3"]);
-    let mut a = s.connect(&alice, dir.path());
+    let mut a = s.connect(&alice, dir.path(), REMOTE_PATHS);
     assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
     assert_eq!(a.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
-    let baseline = s.open_fds();
+    let baseline = open_fds(&s);
 
     let half_open: Vec<TcpStream> = (0..1000).map(|_| TcpStream::connect(s.addr()).unwrap()).collect();
     // A connected client and a new one both go on meanwhile.
     let started = Instant::now();
     assert_eq!(a.call(|id| async_cmd(id, AsyncCommand::Ping), WAIT).unwrap(), ["NULL"]);
-    let mut a2 = s.connect(&alice, dir.path());
+    let mut a2 = s.connect(&alice, dir.path(), REMOTE_PATHS);
     assert_eq!(a2.command_line(b"COMMANDS").unwrap()[0], "S");
     assert!(started.elapsed() < Duration::from_secs(3), "served within the half-open connections' auth timeout");
     drop(a);
 
     let until = Instant::now() + Duration::from_secs(30);
     loop {
-        let open = s.open_fds();
+        let open = open_fds(&s);
         // The client's replaced connection closed; its new one is open.
         if open <= baseline {
             break;
@@ -343,16 +263,7 @@ fn results_wait_for_a_client_that_comes_back_on_a_new_connection() {
     let tokens = dir.path().join("tokens.toml");
     let alice = add_client(dir.path(), &tokens, &sim, "alice");
     let s = serve(dir.path(), &tokens, &["--insecure-loopback"]);
-    let plain = |token: &Path| {
-        let addr = s.addr();
-        GahpClient::spawn(
-            exe(),
-            &["connect", &addr, "--token-file", token.to_str().unwrap(), "--insecure-loopback", "--remote-paths"],
-            &[],
-            dir.path(),
-        )
-        .unwrap()
-    };
+    let plain = |token: &Path| s.connect(token, dir.path(), REMOTE_PATHS);
     let area = s.files("alice");
     std::fs::create_dir_all(&area).unwrap();
     std::fs::write(area.join("f"), "x\n").unwrap();
@@ -378,17 +289,11 @@ fn connections_over_the_limit_are_closed_and_a_freed_slot_is_used_again() {
     let tokens = dir.path().join("tokens.toml");
     let alice = add_client(dir.path(), &tokens, &sim, "alice");
     let s = serve(dir.path(), &tokens, &["--insecure-loopback", "--max-connections", "1"]);
-    let connect = || {
-        Command::new(exe())
-            .args(["connect", &s.addr(), "--token-file", alice.to_str().unwrap(), "--insecure-loopback"])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-    };
-    let before = s.open_fds();
+    let connect = || Command::new(boinc_gahp()).args(s.connect_args(&alice, &[])).stdin(Stdio::null()).output().unwrap();
+    let before = open_fds(&s);
     let held = TcpStream::connect(s.addr()).unwrap();
     let until = Instant::now() + Duration::from_secs(20);
-    while s.open_fds() <= before {
+    while open_fds(&s) <= before {
         assert!(Instant::now() < until, "the held connection was never accepted");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -418,7 +323,7 @@ fn insecure_loopback_is_refused_off_loopback_and_tls_needs_a_key() {
         (vec!["serve", "--listen", "0.0.0.0:0", "--tokens", tokens.to_str().unwrap(), "--insecure-loopback"], "not a loopback address"),
         (vec!["serve", "--listen", "127.0.0.1:0", "--tokens", tokens.to_str().unwrap()], "--tls-cert"),
     ] {
-        let out = Command::new(exe()).args(["--state-dir", dir.path().to_str().unwrap()]).args(&args).output().unwrap();
+        let out = Command::new(boinc_gahp()).args(["--state-dir", dir.path().to_str().unwrap()]).args(&args).output().unwrap();
         assert!(!out.status.success(), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -454,7 +359,7 @@ fn a_sequence_runs_in_its_clients_area_and_another_client_cannot_see_it() {
             inputs: vec![InputFile { src: "run/extra".into(), dst_name: "extra".into() }],
         })
     };
-    let mut a = s.connect(&alice, dir.path());
+    let mut a = s.connect(&alice, dir.path(), REMOTE_PATHS);
     assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
     // A state file outside her area is refused before anything is made.
     let id = a.reqid();
@@ -486,7 +391,7 @@ fn a_sequence_runs_in_its_clients_area_and_another_client_cannot_see_it() {
 
     // Bob gets for her sequence what he gets for one that does not exist,
     // and cannot end, abort or fetch it.
-    let mut b = s.connect(&bob, dir.path());
+    let mut b = s.connect(&bob, dir.path(), REMOTE_PATHS);
     assert_eq!(b.command(&sim.select()).unwrap(), ["S"]);
     for (hers, none) in [
         (SequenceCommand::Query { name: "md".into() }, SequenceCommand::Query { name: "zz".into() }),

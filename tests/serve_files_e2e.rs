@@ -5,96 +5,25 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::serve::*;
 use common::*;
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::BlahCommand;
 use sha2::{Digest, Sha256};
 
-struct Serve {
-    child: Child,
-    port: u16,
-    state: PathBuf,
-    ca: PathBuf,
-    log: PathBuf,
+/// The file protocol's directory in a client's area.
+fn transfer(s: &Serve, client: &str) -> PathBuf {
+    s.files(client).join(".transfer")
 }
 
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn exe() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_boinc_gahp"))
-}
-
-/// `token add NAME` for the sim's project; returns the token file's path.
-fn add_client(dir: &Path, tokens: &Path, sim: &Sim, name: &str) -> PathBuf {
-    let auth = dir.join(format!("{name}.auth"));
-    std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
-    let out = Command::new(exe())
-        .args(["token", "add", name, "--tokens", tokens.to_str().unwrap(), "--project"])
-        .arg(format!("{}={}", sim.url, auth.display()))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let file = dir.join(format!("{name}.token"));
-    std::fs::write(&file, &out.stdout).unwrap();
-    file
-}
-
-/// A serve over `dir`'s state (so a second call is a restart), with a
-/// certificate for 127.0.0.1 made on the first.
-fn serve(dir: &Path, tokens: &Path, extra: &[&str]) -> Serve {
-    let (ca, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    if !ca.exists() {
-        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-        std::fs::write(&ca, cert.cert.pem()).unwrap();
-        std::fs::write(&key, cert.key_pair.serialize_pem()).unwrap();
-    }
-    let state = dir.join("serve-state");
-    let log = dir.join("serve-log");
-    std::fs::create_dir_all(&log).unwrap();
-    let mut cmd = Command::new(exe());
-    cmd.args(["--state-dir", state.to_str().unwrap(), "--log-file", log.join("gahp.log").to_str().unwrap(), "--retry-base-ms", "20"]);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens", tokens.to_str().unwrap()]);
-    cmd.args(["--tls-cert", ca.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
-    cmd.args(extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in {line:?}"));
-    Serve { child, port, state, ca, log }
-}
-
-impl Serve {
-    fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// A GAHP client through `boinc_gahp connect`, started in `cwd`.
-    fn connect(&self, token_file: &Path, cwd: &Path) -> GahpClient {
-        let (addr, ca) = (self.addr(), self.ca.to_str().unwrap().to_string());
-        let args = ["connect", addr.as_str(), "--token-file", token_file.to_str().unwrap(), "--ca", ca.as_str()];
-        GahpClient::spawn(exe(), &args, &[], cwd).expect("connect reads the banner")
-    }
-
-    /// The file protocol's directory in a client's area.
-    fn transfer(&self, client: &str) -> PathBuf {
-        self.state.join("clients").join(client).join("files").join(".transfer")
-    }
-
-    fn uploads_stored(&self) -> usize {
-        log_text(&self.log).matches("stored an uploaded input").count()
-    }
+fn uploads_stored(s: &Serve) -> usize {
+    s.log_text().matches("stored an uploaded input").count()
 }
 
 /// The name of a job's fetch directory in the area (as `connect` makes it).
@@ -121,7 +50,7 @@ struct Raw {
 impl Raw {
     fn open(s: &Serve, token_file: &Path) -> Raw {
         let mut roots = rustls::RootCertStore::empty();
-        let pem = std::fs::read(&s.ca).unwrap();
+        let pem = std::fs::read(s.ca.as_ref().unwrap()).unwrap();
         for c in rustls_pemfile::certs(&mut pem.as_slice()) {
             roots.add(c.unwrap()).unwrap();
         }
@@ -189,13 +118,13 @@ fn boinc_inputs_go_up_once_and_outputs_land_at_the_local_paths_asked_for_until_r
     std::fs::create_dir_all(local.join("outs")).unwrap();
     std::fs::write(local.join("in one.txt"), "hello one\n").unwrap();
     std::fs::write(local.join("b.txt"), "hello b\n").unwrap();
-    let mut a = s.connect(&alice, &local);
+    let mut a = s.connect(&alice, &local, &[]);
     assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
     // Two jobs name the same file; the relative path is the connect's.
     let files = [PathBuf::from("in one.txt"), PathBuf::from("in one.txt"), local.join("b.txt")];
     let r = a.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("b1", &files))), WAIT).unwrap();
     assert_eq!(r, ["NULL"]);
-    assert_eq!(s.uploads_stored(), 2, "each content went up once");
+    assert_eq!(uploads_stored(&s), 2, "each content went up once");
     let jobs = wait_finished(&mut a, "b1");
     assert!(jobs.iter().all(|(_, st)| st == "DONE"), "{jobs:?}");
 
@@ -213,7 +142,7 @@ fn boinc_inputs_go_up_once_and_outputs_land_at_the_local_paths_asked_for_until_r
     // A second batch of the same content sends nothing.
     let r = a.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("b2", &files[..1]))), WAIT).unwrap();
     assert_eq!(r, ["NULL"]);
-    assert_eq!(s.uploads_stored(), 2, "the server had it");
+    assert_eq!(uploads_stored(&s), 2, "the server had it");
     assert_eq!(sim.batches_named("alice~b2").len(), 1);
 
     // An input that is not there: refused here, nothing reaches the server.
@@ -223,12 +152,12 @@ fn boinc_inputs_go_up_once_and_outputs_land_at_the_local_paths_asked_for_until_r
     assert!(sim.batches_named("alice~b3").is_empty());
 
     // The outputs wait in the area until the batch is retired.
-    let out0 = s.transfer("alice").join("out").join(job_key("b1#0.0"));
+    let out0 = transfer(&s, "alice").join("out").join(job_key("b1#0.0"));
     assert!(out0.join("out").exists() || out0.read_dir().unwrap().next().is_some(), "{}", out0.display());
     let r = a.call(|id| async_cmd(id, AsyncCommand::RetireBatch { batch: "b1".into() }), WAIT).unwrap();
     assert_eq!(r, ["NULL"]);
     assert!(!out0.exists(), "retire deleted the outputs");
-    assert!(!s.transfer("alice").join("out").join(job_key("b1#2.0")).exists());
+    assert!(!transfer(&s, "alice").join("out").join(job_key("b1#2.0")).exists());
 }
 
 #[test]
@@ -261,7 +190,7 @@ fn the_file_protocol_keeps_to_the_area_and_outputs_survive_a_disconnect_and_a_re
     assert!(!s.state.join("clients/escape").exists() && !s.state.join("clients/alice/escape").exists());
     drop(raw);
 
-    let mut a = s.connect(&alice, &local);
+    let mut a = s.connect(&alice, &local, &[]);
     assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
     let r = a.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("b1", &[PathBuf::from("x")]))), WAIT).unwrap();
     assert_eq!(r, ["NULL"]);
@@ -271,7 +200,7 @@ fn the_file_protocol_keeps_to_the_area_and_outputs_survive_a_disconnect_and_a_re
     a.submit_async(&async_cmd(id, fetch("b1#0.0", &local, "got.txt"))).unwrap();
     a.kill();
     // Renamed in the area as it is to be here: the first spec's, `.r0`.
-    let fetched = s.transfer("alice").join("out").join(job_key("b1#0.0")).join(".r0");
+    let fetched = transfer(&s, "alice").join("out").join(job_key("b1#0.0")).join(".r0");
     eventually("the server fetched the output", || fetched.exists());
     assert!(!local.join("got.txt").exists());
 
@@ -287,7 +216,7 @@ fn the_file_protocol_keeps_to_the_area_and_outputs_survive_a_disconnect_and_a_re
     drop(s);
     let s = serve(dir.path(), &tokens, &["--keep-files-days", "0.00002"]);
     eventually("the retention deleted it", || !fetched.exists());
-    assert!(!s.transfer("alice").join("in").read_dir().unwrap().any(|_| true), "inputs too");
+    assert!(!transfer(&s, "alice").join("in").read_dir().unwrap().any(|_| true), "inputs too");
 }
 
 fn str_value(v: &str) -> Value {
@@ -315,7 +244,7 @@ fn a_blah_job_through_connect_gets_its_inputs_there_and_its_outputs_back_and_unk
     let iwd = dir.path().join("submit dir");
     std::fs::create_dir_all(&iwd).unwrap();
     std::fs::write(iwd.join("input.txt"), "b a b\nc b\n").unwrap();
-    let mut g = s.connect(&alice, dir.path());
+    let mut g = s.connect(&alice, dir.path(), &[]);
     assert_eq!(g.set_prefix("GAHP:").unwrap(), ["S"]);
     g.command_line(b"ASYNC_MODE_ON").unwrap();
     let job_dir = "home_bl_127.0.0.1_9618_vm_7.0_1795253890";

@@ -8,11 +8,10 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::serve::*;
 use common::*;
 
 const CLIENTS: [&str; 3] = ["ann", "bo", "cy"];
@@ -20,51 +19,9 @@ const CLIENTS: [&str; 3] = ["ann", "bo", "cy"];
 const BATCHES: usize = 4;
 const JOBS: usize = 25;
 
-fn exe() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_boinc_gahp"))
-}
-
-struct Serve {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A serve on plain loopback TCP over `dir/serve-state`.
-fn serve(dir: &Path, tokens: &Path) -> Serve {
-    let state = dir.join("serve-state");
-    let mut child = Command::new(exe())
-        .args(["--state-dir", state.to_str().unwrap(), "--log-file", dir.join("gahp.log").to_str().unwrap(), "--retry-base-ms", "20"])
-        .args(["serve", "--listen", "127.0.0.1:0", "--insecure-loopback", "--tokens", tokens.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in {line:?}"));
-    Serve { child, port }
-}
-
-fn add_client(dir: &Path, tokens: &Path, sim: &Sim, name: &str) -> PathBuf {
-    let auth = dir.join(format!("{name}.auth"));
-    std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
-    let out = Command::new(exe())
-        .args(["token", "add", name, "--tokens", tokens.to_str().unwrap(), "--project"])
-        .arg(format!("{}={}", sim.url, auth.display()))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let file = dir.join(format!("{name}.token"));
-    std::fs::write(&file, &out.stdout).unwrap();
-    file
+fn serve_plain(dir: &Path, tokens: &Path) -> Serve {
+    serve(dir, tokens, &["--insecure-loopback"])
 }
 
 /// What a request asked, to check its result against.
@@ -90,9 +47,8 @@ struct Client {
 
 impl Client {
     fn connect(&mut self, s: &Serve, sim: &Sim, cwd: &Path) {
-        let addr = format!("127.0.0.1:{}", s.port);
-        let args = ["connect", addr.as_str(), "--token-file", self.token.to_str().unwrap(), "--insecure-loopback", "--remote-paths"];
-        let mut g = GahpClient::spawn(exe(), &args, &[], cwd).expect("connect reads the banner");
+        // The test puts the client's files in its area itself.
+        let mut g = s.connect(&self.token, cwd, &["--remote-paths"]);
         assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
         self.g = Some(g);
     }
@@ -204,7 +160,7 @@ fn kill_9_of_serve_loses_no_result_and_repeats_none() {
             Client { name, token, area: PathBuf::new(), inputs: Vec::new(), next: 0, asked: BTreeMap::new(), got: HashMap::new(), g: None }
         })
         .collect();
-    let s = serve(dir.path(), &tokens);
+    let s = serve_plain(dir.path(), &tokens);
 
     for c in &mut clients {
         c.connect(&s, &sim, dir.path());
@@ -274,7 +230,7 @@ fn kill_9_of_serve_loses_no_result_and_repeats_none() {
     assert_eq!(unread(&clients[0]), 1 + (BATCHES - 1), "Ann has read all but what is in flight");
     assert_eq!(unread(&clients[1]), BATCHES + (BATCHES - 1) * (JOBS + 1), "Bo has read nothing");
 
-    let s = serve(dir.path(), &tokens);
+    let s = serve_plain(dir.path(), &tokens);
     let mut lost_in_flight = Vec::new();
     for c in &mut clients {
         c.connect(&s, &sim, dir.path());
@@ -358,7 +314,7 @@ fn clients_on_one_account_share_an_apps_templates_and_another_account_does_not()
     let cy = add_client(dir.path(), &tokens, &sim, "cy");
     // Cy's account is another one.
     std::fs::write(dir.path().join("cy.auth"), format!("{other_auth}\n")).unwrap();
-    let s = serve(dir.path(), &tokens);
+    let s = serve_plain(dir.path(), &tokens);
     let templates = || sim.calls("submit_rpc_handler.php:get_templates");
     let submit = |token: &Path, name: &'static str, batch: &str| {
         let mut c = Client {

@@ -12,6 +12,8 @@ pub use gahp_protocol::Authenticator;
 pub use gahp_testkit::http;
 pub use gahp_testkit::GahpClient;
 
+pub mod serve;
+
 pub const WAIT: Duration = Duration::from_secs(60);
 
 /// A running `boinc-sim` of this build (see `boinc_gahp::testkit`).

@@ -1,0 +1,118 @@
+//! `boinc_gahp serve` for the end-to-end tests: clients added with `token
+//! add`, a throwaway certificate for 127.0.0.1, and GAHP clients through
+//! `boinc_gahp connect`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use super::{log_text, GahpClient, Sim};
+
+pub fn boinc_gahp() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_boinc_gahp"))
+}
+
+/// `token add NAME` for the sim's project; returns the token file's path.
+pub fn add_client(dir: &Path, tokens: &Path, sim: &Sim, name: &str) -> PathBuf {
+    let auth = dir.join(format!("{name}.auth"));
+    std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
+    let out = Command::new(boinc_gahp())
+        .args(["token", "add", name, "--tokens", tokens.to_str().unwrap(), "--project"])
+        .arg(format!("{}={}", sim.url, auth.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let file = dir.join(format!("{name}.token"));
+    std::fs::write(&file, &out.stdout).unwrap();
+    file
+}
+
+pub struct Serve {
+    pub child: Child,
+    pub port: u16,
+    /// Its `--state-dir`.
+    pub state: PathBuf,
+    /// Its certificate, which the clients trust; `None` on plain TCP.
+    pub ca: Option<PathBuf>,
+    pub tokens: PathBuf,
+    log: PathBuf,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A serve over `dir/serve-state` (so a second one on the same `dir` is a
+/// restart), logging into `dir/serve-log`: over TLS with a certificate for
+/// 127.0.0.1 made by the first, or plain TCP when `extra` (the flags after
+/// `serve`) has `--insecure-loopback`. The tokens file must exist: add a
+/// client first.
+pub fn serve(dir: &Path, tokens: &Path, extra: &[&str]) -> Serve {
+    serve_with(dir, tokens, &[], extra)
+}
+
+/// `serve` with the daemon's own flags (`global`, before `serve`) too.
+pub fn serve_with(dir: &Path, tokens: &Path, global: &[&str], extra: &[&str]) -> Serve {
+    let (state, log) = (dir.join("serve-state"), dir.join("serve-log"));
+    std::fs::create_dir_all(&log).unwrap();
+    let mut cmd = Command::new(boinc_gahp());
+    cmd.args(["--state-dir", state.to_str().unwrap(), "--log-file", log.join("gahp.log").to_str().unwrap(), "--retry-base-ms", "20"]);
+    cmd.args(global);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens", tokens.to_str().unwrap()]);
+    let ca = if extra.contains(&"--insecure-loopback") {
+        None
+    } else {
+        let (ca, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+        if !ca.exists() {
+            let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+            std::fs::write(&ca, cert.cert.pem()).unwrap();
+            std::fs::write(&key, cert.key_pair.serialize_pem()).unwrap();
+        }
+        cmd.args(["--tls-cert", ca.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+        Some(ca)
+    };
+    cmd.args(extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in {line:?}"));
+    Serve { child, port, state, ca, tokens: tokens.to_path_buf(), log }
+}
+
+impl Serve {
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `connect ADDR --token-file F`, then `--ca` (or `--insecure-loopback`
+    /// on plain TCP), then `extra`.
+    pub fn connect_args(&self, token_file: &Path, extra: &[&str]) -> Vec<String> {
+        let mut args = vec!["connect".to_string(), self.addr(), "--token-file".into(), token_file.to_str().unwrap().into()];
+        match &self.ca {
+            Some(ca) => args.extend(["--ca".to_string(), ca.to_str().unwrap().into()]),
+            None => args.push("--insecure-loopback".into()),
+        }
+        args.extend(extra.iter().map(|a| a.to_string()));
+        args
+    }
+
+    /// A GAHP client through `boinc_gahp connect`, started in `cwd`.
+    pub fn connect(&self, token_file: &Path, cwd: &Path, extra: &[&str]) -> GahpClient {
+        let args = self.connect_args(token_file, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        GahpClient::spawn(boinc_gahp(), &args, &[], cwd).expect("connect reads the banner")
+    }
+
+    /// A client's file area.
+    pub fn files(&self, client: &str) -> PathBuf {
+        self.state.join("clients").join(client).join("files")
+    }
+
+    /// Everything it has logged.
+    pub fn log_text(&self) -> String {
+        log_text(&self.log)
+    }
+}
