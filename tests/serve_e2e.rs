@@ -8,7 +8,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::serve::*;
@@ -28,25 +27,6 @@ fn refused(s: &Serve, token_file: &Path) -> String {
 
 fn open_fds(s: &Serve) -> usize {
     std::fs::read_dir(format!("/proc/{}/fd", s.child.id())).map(|d| d.count()).unwrap_or(0)
-}
-
-/// A TLS connection that trusts the test's certificate, with a read timeout.
-fn tls(s: &Serve) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(s.ca.as_ref().unwrap()).unwrap();
-    for c in rustls_pemfile::certs(&mut pem.as_slice()) {
-        roots.add(c.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
-    let tcp = TcpStream::connect(s.addr()).unwrap();
-    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    rustls::StreamOwned::new(conn, tcp)
 }
 
 /// Everything the server sends until it closes (or the read times out).
@@ -184,17 +164,17 @@ fn no_token_a_wrong_or_revoked_token_garbage_and_plain_tcp_are_refused() {
     assert!(refused(&s, &carol).contains("the server refused: token refused"));
 
     // No token: nothing sent in time.
-    let mut t = tls(&s);
+    let mut t = s.tls();
     let started = Instant::now();
     assert_eq!(read_all(&mut t).trim_end(), "E authentication\\ timed\\ out");
     assert!(started.elapsed() < Duration::from_secs(15));
 
     // Garbage first, over TLS.
-    let mut t = tls(&s);
+    let mut t = s.tls();
     t.write_all(b"BOINC_PING 1\r\n").unwrap();
     assert_eq!(read_all(&mut t).trim_end(), "E the\\ first\\ line\\ must\\ be\\ AUTH\\ <token>");
     // A 10 MB line before authenticating.
-    let mut t = tls(&s);
+    let mut t = s.tls();
     let _ = t.write_all(&vec![b'A'; 10 << 20]);
     // The refusal may be lost to the reset of the unread rest; never a session.
     let got = read_all(&mut t);

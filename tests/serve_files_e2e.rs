@@ -8,7 +8,6 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::serve::*;
@@ -49,20 +48,7 @@ struct Raw {
 
 impl Raw {
     fn open(s: &Serve, token_file: &Path) -> Raw {
-        let mut roots = rustls::RootCertStore::empty();
-        let pem = std::fs::read(s.ca.as_ref().unwrap()).unwrap();
-        for c in rustls_pemfile::certs(&mut pem.as_slice()) {
-            roots.add(c.unwrap()).unwrap();
-        }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
-        let tcp = TcpStream::connect(s.addr()).unwrap();
-        tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut raw = Raw { tls: rustls::StreamOwned::new(rustls::ClientConnection::new(Arc::new(config), name).unwrap(), tcp) };
+        let mut raw = Raw { tls: s.tls() };
         let token = std::fs::read_to_string(token_file).unwrap();
         raw.send(&format!("AUTH {}\r\n", token.trim()));
         assert_eq!(raw.line(), "S");

@@ -3,8 +3,11 @@
 //! `boinc_gahp connect`.
 
 use std::io::{BufRead, BufReader};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::{log_text, GahpClient, Sim};
 
@@ -109,6 +112,26 @@ impl Serve {
     /// A client's file area.
     pub fn files(&self, client: &str) -> PathBuf {
         self.state.join("clients").join(client).join("files")
+    }
+
+    /// A TLS connection of the test's own that trusts its certificate,
+    /// with a read timeout; nothing sent yet.
+    pub fn tls(&self) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+        let mut roots = rustls::RootCertStore::empty();
+        let pem = std::fs::read(self.ca.as_ref().expect("a serve over TLS")).unwrap();
+        for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+        let tcp = TcpStream::connect(self.addr()).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        rustls::StreamOwned::new(conn, tcp)
     }
 
     /// Everything it has logged.
