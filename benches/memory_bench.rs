@@ -91,7 +91,15 @@ fn daemon(dir: &Path, sim: &SimProcess, config: Option<&Path>) -> GahpClient {
     if let Some(c) = config {
         args.extend(["--config", c.to_str().unwrap()]);
     }
-    let mut g = GahpClient::spawn(Path::new(env!("CARGO_BIN_EXE_boinc_gahp")), &args, &[], dir).expect("boinc_gahp starts");
+    // MEMORY_BENCH_WRAP=heaptrack runs the daemon under a heap profiler
+    // (its RSS numbers are then the wrapper's, not the daemon's).
+    let exe = env!("CARGO_BIN_EXE_boinc_gahp");
+    let wrap = std::env::var("MEMORY_BENCH_WRAP").ok();
+    if wrap.is_some() {
+        args.insert(0, exe);
+    }
+    let program = wrap.as_deref().unwrap_or(exe);
+    let mut g = GahpClient::spawn(Path::new(program), &args, &[], dir).expect("boinc_gahp starts");
     g.command_line(b"ASYNC_MODE_ON").unwrap();
     g.command(&sim.select()).unwrap();
     g

@@ -13,7 +13,7 @@ use crate::blah::outputs::held_ad;
 use crate::blah::sequence;
 use crate::blah::store::{self, JobRecord, Phase};
 use crate::clock::unix_now;
-use crate::project::submit_pipeline::{RunPipeline, SubmitError, SubmitPipeline};
+use crate::project::submit_pipeline::{CompactBatch, RunPipeline, SubmitError, SubmitPipeline};
 
 impl BlahProject {
     /// Lets a batch gather jobs for the window, then submits it.
@@ -131,7 +131,8 @@ impl BlahProject {
             if included.is_empty() {
                 return BatchOutcome { refused, result: Ok(vec![]) };
             }
-            let pipeline = SubmitPipeline::new(key, config, rpc, stager, db, spec, deadline).with_templates(templates).start();
+            let pipeline =
+                SubmitPipeline::new(key, config, rpc, stager, db, CompactBatch::of(spec), deadline).with_templates(templates).start();
             let result = match pipeline.send(RunPipeline).await {
                 Ok(Ok(())) => Ok(included),
                 Ok(Err(e)) => Err((included, SubmitFailure::Pipeline(e))),
