@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use gahp_actors::project::submit_pipeline::CompactBatch;
 use gahp_protocol::boinc::{reply, request, SubmitJob, SubmitParams};
 use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::reply::BatchesEncoder;
@@ -256,11 +257,19 @@ fn submit_steps(input: &Path) {
     let jobs: Vec<SubmitJob> = b.jobs.iter().map(|j| SubmitJob { name: &j.name, args: &j.args, files: vec![phys.as_str()] }).collect();
     let auth = Authenticator::new("0123456789abcdef0123456789abcdef");
     let xml = request::submit_batch(&auth, 1, &b.app_name, &SubmitParams::default(), &jobs);
+    drop(jobs);
+    // What a submit is kept as from the project's tree on, while it waits
+    // for a permit and while its pipeline runs.
+    let (compact, compact_bytes, _) = held(|| CompactBatch::quoting_args(b.clone()).unwrap());
     println!(
-        "one {BATCH}-job BOINC_SUBMIT: {:.2} MB request line, {:.2} MB parsed ({:.0} B/job); its submit_batch request {:.2} MB ({:.0} B/job)",
+        "one {BATCH}-job BOINC_SUBMIT: {:.2} MB request line, {:.2} MB parsed ({:.0} B/job), kept as {:.3} MB ({:.1} B/job, {:.0} B counted by the batch itself); \
+         its submit_batch request {:.2} MB ({:.0} B/job)",
         mb(line.len()),
         mb(parsed),
         parsed as f64 / BATCH as f64,
+        mb(compact_bytes),
+        compact_bytes as f64 / BATCH as f64,
+        compact.heap_bytes(),
         mb(xml.len()),
         xml.len() as f64 / BATCH as f64
     );
