@@ -377,6 +377,7 @@ fn boinc_submits_at_once(jobs: usize) {
         t.elapsed().as_secs_f64(),
         peak * 1048576.0 / jobs as f64
     );
+    println!("rss_point at_once {jobs} {peak:.1}");
 }
 
 /// `n` BLAH_JOB_SUBMITs in flight at once, each job with its own input:
