@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 use gahp_protocol::gahp::BlahCommand;
 
 struct Serve {
@@ -51,6 +52,11 @@ fn add_client(dir: &Path, tokens: &Path, sim: &Sim, name: &str) -> PathBuf {
 /// A serve with a throwaway certificate for 127.0.0.1; `extra` flags after
 /// `serve`. The tokens file must exist: add a client first.
 fn serve(dir: &Path, tokens: &Path, extra: &[&str]) -> Serve {
+    serve_with(dir, tokens, &[], extra)
+}
+
+/// `serve` with the daemon's own flags (`global`, before `serve`) too.
+fn serve_with(dir: &Path, tokens: &Path, global: &[&str], extra: &[&str]) -> Serve {
     let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
     let (ca, key) = (dir.join("cert.pem"), dir.join("key.pem"));
     std::fs::write(&ca, cert.cert.pem()).unwrap();
@@ -58,6 +64,7 @@ fn serve(dir: &Path, tokens: &Path, extra: &[&str]) -> Serve {
     let state = dir.join("serve-state");
     let mut cmd = Command::new(exe());
     cmd.args(["--state-dir", state.to_str().unwrap(), "--log-file", dir.join("gahp.log").to_str().unwrap(), "--retry-base-ms", "20"]);
+    cmd.args(global);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens", tokens.to_str().unwrap()]);
     if !extra.contains(&"--insecure-loopback") {
         cmd.args(["--tls-cert", ca.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
@@ -78,7 +85,8 @@ impl Serve {
     /// A GAHP client through `boinc_gahp connect`.
     fn connect(&self, token_file: &Path, cwd: &Path) -> GahpClient {
         let (addr, ca) = (self.addr(), self.ca.to_str().unwrap().to_string());
-        let args = ["connect", addr.as_str(), "--token-file", token_file.to_str().unwrap(), "--ca", ca.as_str()];
+        // The tests put the client's files in its area themselves.
+        let args = ["connect", addr.as_str(), "--token-file", token_file.to_str().unwrap(), "--ca", ca.as_str(), "--remote-paths"];
         GahpClient::spawn(exe(), &args, &[], cwd).expect("connect reads the banner")
     }
 
@@ -193,12 +201,13 @@ fn a_client_runs_a_batch_through_serve_and_another_client_cannot_see_it() {
     let pool = Request::SelectProject { url: "pool:/etc/boinc-gahp/pool.toml".into(), authenticator: Authenticator::new("-") };
     assert_eq!(a.command(&pool).unwrap(), ["E"]);
     // The BLAH dialect: a ping reaches her token's first project; a submit
-    // (its ad names files here) is not offered yet.
+    // whose ad names files in her area is taken (tests/serve_files_e2e.rs
+    // runs BLAH jobs through connect with their files).
     let ping = a.call(|id| Request::Blah { reqid: ReqId(id), command: BlahCommand::Ping { batch_type: "boinc".into() } }, WAIT);
     assert_eq!(ping.unwrap(), ["0", "No error"]);
     let ad = gahp_testkit::blah_job_ad(Path::new("in"), "job1", &[]);
     let id = a.reqid();
-    assert_eq!(a.command(&Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }).unwrap(), ["E"]);
+    assert_eq!(a.command(&Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }).unwrap(), ["S"]);
 
     // Bob, on the same BOINC account, gets for Alice's batch and jobs exactly
     // what he gets for ones that do not exist.
@@ -336,8 +345,13 @@ fn results_wait_for_a_client_that_comes_back_on_a_new_connection() {
     let s = serve(dir.path(), &tokens, &["--insecure-loopback"]);
     let plain = |token: &Path| {
         let addr = s.addr();
-        GahpClient::spawn(exe(), &["connect", &addr, "--token-file", token.to_str().unwrap(), "--insecure-loopback"], &[], dir.path())
-            .unwrap()
+        GahpClient::spawn(
+            exe(),
+            &["connect", &addr, "--token-file", token.to_str().unwrap(), "--insecure-loopback", "--remote-paths"],
+            &[],
+            dir.path(),
+        )
+        .unwrap()
     };
     let area = s.files("alice");
     std::fs::create_dir_all(&area).unwrap();
@@ -408,4 +422,86 @@ fn insecure_loopback_is_refused_off_loopback_and_tls_needs_a_key() {
         assert!(!out.status.success(), "{args:?}");
         assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
+}
+
+#[test]
+fn a_sequence_runs_in_its_clients_area_and_another_client_cannot_see_it() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let bob = add_client(dir.path(), &tokens, &sim, "bob");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "sequence_poll_ms = 200\n").unwrap();
+    let s = serve_with(dir.path(), &tokens, &["--config", config.to_str().unwrap()], &[]);
+    let area = s.files("alice");
+    std::fs::create_dir_all(area.join("run")).unwrap();
+    std::fs::create_dir_all(area.join("out")).unwrap();
+    std::fs::write(area.join("run/state0"), b"").unwrap();
+    std::fs::write(area.join("run/extra"), "extra of md\n").unwrap();
+
+    let seq = |g: &mut GahpClient, command: SequenceCommand| g.call(|id| Request::Sequence { reqid: ReqId(id), command }, WAIT).unwrap();
+    let create = |state: &str| {
+        SequenceCommand::Create(CreateSequence {
+            name: "md".into(),
+            app_name: "stepper".into(),
+            steps: 2,
+            max_step_time: 600,
+            max_attempts: 3,
+            end_marker: None,
+            state_files: vec![InputFile { src: state.into(), dst_name: "state".into() }],
+            args: vec![],
+            inputs: vec![InputFile { src: "run/extra".into(), dst_name: "extra".into() }],
+        })
+    };
+    let mut a = s.connect(&alice, dir.path());
+    assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
+    // A state file outside her area is refused before anything is made.
+    let id = a.reqid();
+    let outside = Request::Sequence { reqid: ReqId(id), command: create("/etc/passwd") };
+    assert_eq!(a.command(&outside).unwrap(), ["E"]);
+    assert_eq!(seq(&mut a, create("run/state0")), ["NULL"]);
+    let until = Instant::now() + Duration::from_secs(120);
+    let done = loop {
+        let r = seq(&mut a, SequenceCommand::Query { name: "md".into() });
+        assert_eq!(r[0], "NULL", "{r:?}");
+        if r[1] != "RUNNING" {
+            break r;
+        }
+        assert!(Instant::now() < until, "the sequence did not end in time: {r:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!((done[1].as_str(), done[2].as_str()), ("COMPLETED", "2"), "{done:?}");
+    let r = seq(&mut a, SequenceCommand::Fetch(FetchSequence { name: "md".into(), step: StepSelector::Latest, dir: "out".into() }));
+    assert_eq!(r[0], "NULL", "{r:?}");
+    assert_eq!(r[1], "2", "{r:?}");
+    let mut want = String::new();
+    for _ in 0..2 {
+        want = boinc_sim::apps::stepper_next(&want, b"extra of md\n").unwrap();
+    }
+    assert_eq!(std::fs::read_to_string(area.join("out/state")).unwrap(), want);
+    // On the project, every step's batch carries her prefix.
+    assert!(!sim.batches_named("alice~md#1#1").is_empty(), "step 1 as alice's on the project");
+    assert!(sim.batches_named("md#1#1").is_empty());
+
+    // Bob gets for her sequence what he gets for one that does not exist,
+    // and cannot end, abort or fetch it.
+    let mut b = s.connect(&bob, dir.path());
+    assert_eq!(b.command(&sim.select()).unwrap(), ["S"]);
+    for (hers, none) in [
+        (SequenceCommand::Query { name: "md".into() }, SequenceCommand::Query { name: "zz".into() }),
+        (SequenceCommand::Abort { name: "md".into() }, SequenceCommand::Abort { name: "zz".into() }),
+        (SequenceCommand::End { name: "md".into() }, SequenceCommand::End { name: "zz".into() }),
+        (
+            SequenceCommand::Fetch(FetchSequence { name: "md".into(), step: StepSelector::Latest, dir: "o".into() }),
+            SequenceCommand::Fetch(FetchSequence { name: "zz".into(), step: StepSelector::Latest, dir: "o".into() }),
+        ),
+    ] {
+        let (got, want) = (seq(&mut b, hers.clone()), seq(&mut b, none));
+        assert_ne!(got[0], "NULL", "{hers:?}: {got:?}");
+        let want: Vec<String> = want.iter().map(|w| w.replace("zz", "md")).collect();
+        assert_eq!(got, want, "{hers:?}");
+    }
+    let r = seq(&mut a, SequenceCommand::Query { name: "md".into() });
+    assert_eq!(r[1], "COMPLETED", "hers is untouched: {r:?}");
 }

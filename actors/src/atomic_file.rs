@@ -35,16 +35,34 @@ pub fn temp_beside(dest: &Path) -> io::Result<NamedTempFile> {
     Ok(tmp)
 }
 
+/// Directories remembered as swept. Each HTCondor job writes its outputs
+/// into a directory of its own, so a set of every directory ever written
+/// grew by one path a job for as long as the daemon ran; when it is full
+/// it starts again, and a directory written to after that is swept once
+/// more (a read of the directory: what this process is writing there is
+/// newer than `since`, and locked).
+const SWEPT_DIRS_KEPT: usize = 1024;
+
 /// Sweeps each directory once per process, on the first write there: what
 /// a killed predecessor left is older than this process's first write.
 fn sweep_once(dir: &Path) {
     static SINCE: OnceLock<SystemTime> = OnceLock::new();
-    static SWEPT: OnceLock<Mutex<HashSet<PathBuf>>> = OnceLock::new();
     let since = *SINCE.get_or_init(SystemTime::now);
-    let first = SWEPT.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner()).insert(dir.to_path_buf());
+    let first = {
+        let mut swept = swept_dirs().lock().unwrap_or_else(|e| e.into_inner());
+        if swept.len() >= SWEPT_DIRS_KEPT && !swept.contains(dir) {
+            swept.clear();
+        }
+        swept.insert(dir.to_path_buf())
+    };
     if first {
         sweep_abandoned(dir, since);
     }
+}
+
+fn swept_dirs() -> &'static Mutex<HashSet<PathBuf>> {
+    static SWEPT: OnceLock<Mutex<HashSet<PathBuf>>> = OnceLock::new();
+    SWEPT.get_or_init(Default::default)
 }
 
 /// Removes the temporary files in `dir` (named as [`temp_beside`] names
@@ -153,5 +171,19 @@ mod tests {
         std::fs::write(&dead, b"half").unwrap();
         assert_eq!(sweep_abandoned(dir.path(), SystemTime::UNIX_EPOCH), 0);
         assert!(dead.exists());
+    }
+
+    #[test]
+    fn the_directories_remembered_as_swept_stay_bounded() {
+        // A directory per job, as HTCondor's jobs have: what is remembered
+        // must not grow with the jobs.
+        let dirs: Vec<_> = (0..2 * SWEPT_DIRS_KEPT + 1).map(|_| tempfile::tempdir().unwrap()).collect();
+        for d in &dirs {
+            temp_beside(&d.path().join("out")).unwrap();
+        }
+        let kept = swept_dirs().lock().unwrap().len();
+        assert!(kept <= SWEPT_DIRS_KEPT, "{kept} directories remembered after {} were written", dirs.len());
+        // The last one is still known: no second sweep of a busy directory.
+        assert!(swept_dirs().lock().unwrap().contains(dirs.last().unwrap().path()));
     }
 }

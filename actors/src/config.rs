@@ -170,6 +170,15 @@ pub struct BlahConfig {
     /// `~/` is the home directory; a relative path is relative to the
     /// config file.
     pub pool: Option<PathBuf>,
+    /// Put before every BOINC batch and job name made for a job: a served
+    /// client's `<client>~` (`boinc_gahp serve`), so its names are its own.
+    #[serde(skip)]
+    pub name_prefix: String,
+    /// Status and cancel answer only for jobs in the state database: an
+    /// unknown id is not looked up on the project (a served client has no
+    /// other jobs).
+    #[serde(skip)]
+    pub known_jobs_only: bool,
 }
 
 impl Default for BlahConfig {
@@ -188,6 +197,8 @@ impl Default for BlahConfig {
             forget_finished_after: Duration::from_secs(90 * 24 * 3600),
             config_file: None,
             pool: None,
+            name_prefix: String::new(),
+            known_jobs_only: false,
         }
     }
 }

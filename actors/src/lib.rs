@@ -77,6 +77,7 @@ pub const SCHEMA: &[&[state_db::Migration]] = &[
     broker::routes::MIGRATIONS,
     sequences::store::MIGRATIONS,
     project::submit_records::MIGRATIONS,
+    result_queue::MIGRATIONS,
 ];
 
 pub use session::{start_daemon, DaemonHandles};

@@ -1,12 +1,36 @@
 //! ResultQueue: completed results in completion order. It alone decides
 //! whether a request id may be accepted and it delivers each accepted id's
 //! result exactly once (invariants 2 and 3).
+//!
+//! A served client's queue is durable (`ResultQueue::durable`): each result
+//! is written to the state database when it completes and deleted when a
+//! RESULTS takes it, the delete committed before the lines are handed out,
+//! so that a `serve` killed and restarted gives each unread result once and
+//! never one already handed out (docs/serve.md, "Results that survive a
+//! restart"). Writes go to a blocking thread in batches, one at a time and
+//! in order; the actor's thread never waits for SQLite.
 
 use std::collections::{HashSet, VecDeque};
 
 use actix::prelude::*;
 use bytes::Bytes;
 use gahp_protocol::gahp::{CommandResult, ReqId};
+use rusqlite::params;
+use tokio::sync::oneshot;
+
+use crate::state_db::{Migration, StateDb};
+
+/// The results of a served client that no RESULTS has taken yet: `seq`
+/// is the order they completed in.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 10,
+    sql: "CREATE TABLE unread_results (
+         seq INTEGER PRIMARY KEY,
+         reqid INTEGER NOT NULL,
+         head BLOB NOT NULL,
+         tail BLOB NOT NULL
+     );",
+}];
 
 /// One result line, without prefix and newline: `head` then `tail`. A
 /// shared answer's tail is the one body every result of it points to.
@@ -30,16 +54,116 @@ pub struct ResultQueue {
     in_flight: HashSet<ReqId>,
     /// Result queued, not yet handed out by a RESULTS.
     queued: HashSet<ReqId>,
-    /// Encoded result lines, oldest first.
-    ready: VecDeque<ResultLine>,
+    /// Encoded result lines, oldest first, each with its sequence number.
+    ready: VecDeque<(u64, ResultLine)>,
     async_mode: bool,
     /// An `R` was written since the last RESULTS.
     notified: bool,
     session: Option<Recipient<Notify>>,
+    /// Where a served client's results are kept (None: in memory only).
+    store: Option<Store>,
 }
 
 impl Actor for ResultQueue {
     type Context = Context<Self>;
+}
+
+/// One change to the stored results, applied in order.
+enum Op {
+    Put {
+        seq: u64,
+        reqid: ReqId,
+        head: Vec<u8>,
+        tail: Bytes,
+    },
+    /// Every result up to this one (a RESULTS takes all that are queued).
+    DeleteUpTo(u64),
+}
+
+/// The durable side of a queue: the changes not yet handed to the writer,
+/// and the RESULTS waiting for them to be committed.
+struct Store {
+    db: StateDb,
+    next_seq: u64,
+    pending: Vec<Op>,
+    /// Each is answered once everything pending when it was added is committed.
+    waiters: Vec<oneshot::Sender<()>>,
+    /// A batch of changes is being written.
+    writing: bool,
+}
+
+impl ResultQueue {
+    /// A queue whose results survive a restart: what an earlier run left
+    /// unread in `db` is queued again, in its order. Call from a blocking
+    /// context (start-up): it reads the database.
+    pub fn durable(db: StateDb) -> rusqlite::Result<Self> {
+        let rows = db.with_conn(|c| {
+            c.prepare("SELECT seq, reqid, head, tail FROM unread_results ORDER BY seq")?
+                .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?, r.get::<_, Vec<u8>>(3)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })?;
+        let mut queue = ResultQueue::default();
+        let mut next_seq = 0;
+        for (seq, reqid, head, tail) in rows {
+            let (seq, reqid) = (seq as u64, ReqId(reqid as u32));
+            next_seq = seq + 1;
+            queue.queued.insert(reqid);
+            queue.ready.push_back((seq, ResultLine { head, tail: Bytes::from(tail) }));
+        }
+        if !queue.ready.is_empty() {
+            tracing::info!(results = queue.ready.len(), "results left unread before a restart are queued again");
+        }
+        queue.store = Some(Store { db, next_seq, pending: Vec::new(), waiters: Vec::new(), writing: false });
+        Ok(queue)
+    }
+
+    /// Hands what is pending to a blocking thread, unless a batch is being
+    /// written (then it goes when that one is done).
+    fn write_pending(&mut self, ctx: &mut Context<Self>) {
+        let Some(store) = &mut self.store else { return };
+        if store.writing || (store.pending.is_empty() && store.waiters.is_empty()) {
+            return;
+        }
+        store.writing = true;
+        let (ops, waiters, db) = (std::mem::take(&mut store.pending), std::mem::take(&mut store.waiters), store.db.clone());
+        let write = tokio::task::spawn_blocking(move || db.with_conn(|c| apply(c, &ops)));
+        ctx.spawn(write.into_actor(self).map(move |done, act, ctx| {
+            match done {
+                Ok(Ok(())) => {}
+                // A result handed out may then come again after a restart;
+                // one not stored is lost only if serve dies before it is read.
+                Ok(Err(e)) => tracing::error!("can't store or delete results in the state database: {e}"),
+                Err(e) => tracing::error!("the results' writer failed: {e}"),
+            }
+            for w in waiters {
+                let _ = w.send(());
+            }
+            if let Some(store) = &mut act.store {
+                store.writing = false;
+            }
+            act.write_pending(ctx);
+        }));
+    }
+}
+
+/// One transaction: every change of a batch, in order.
+fn apply(c: &mut rusqlite::Connection, ops: &[Op]) -> rusqlite::Result<()> {
+    let tx = c.transaction()?;
+    {
+        let mut put = tx.prepare_cached("INSERT OR REPLACE INTO unread_results (seq, reqid, head, tail) VALUES (?1, ?2, ?3, ?4)")?;
+        let mut delete = tx.prepare_cached("DELETE FROM unread_results WHERE seq <= ?1")?;
+        for op in ops {
+            match op {
+                Op::Put { seq, reqid, head, tail } => {
+                    put.execute(params![*seq as i64, i64::from(reqid.0), head, &tail[..]])?;
+                }
+                Op::DeleteUpTo(last) => {
+                    delete.execute([*last as i64])?;
+                }
+            }
+        }
+    }
+    tx.commit()
 }
 
 impl ResultQueue {
@@ -98,28 +222,62 @@ pub struct Complete {
 
 impl Handler<Complete> for ResultQueue {
     type Result = ();
-    fn handle(&mut self, msg: Complete, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: Complete, ctx: &mut Context<Self>) {
         if !self.in_flight.remove(&msg.reqid) {
             tracing::error!(reqid = msg.reqid.0, "dropping a second result for one request");
             return;
         }
         self.queued.insert(msg.reqid);
-        self.ready.push_back(ResultLine::new(msg.reqid, msg.result));
+        let line = ResultLine::new(msg.reqid, msg.result);
+        let seq = match &mut self.store {
+            Some(store) => {
+                let seq = store.next_seq;
+                store.next_seq += 1;
+                store.pending.push(Op::Put { seq, reqid: msg.reqid, head: line.head.clone(), tail: line.tail.clone() });
+                seq
+            }
+            None => 0,
+        };
+        self.ready.push_back((seq, line));
+        self.write_pending(ctx);
         self.maybe_notify();
     }
 }
 
-/// Takes every queued result line (the body of a RESULTS reply).
+/// Takes every queued result line (the body of a RESULTS reply). A durable
+/// queue answers once their deletion is committed: a line is never handed
+/// out while a restart could queue it again.
 #[derive(Message)]
 #[rtype(result = "Vec<ResultLine>")]
 pub struct Drain;
 
 impl Handler<Drain> for ResultQueue {
-    type Result = MessageResult<Drain>;
-    fn handle(&mut self, _: Drain, _: &mut Context<Self>) -> Self::Result {
+    type Result = ResponseFuture<Vec<ResultLine>>;
+    fn handle(&mut self, _: Drain, ctx: &mut Context<Self>) -> Self::Result {
         self.notified = false;
         self.queued.clear();
-        MessageResult(self.ready.drain(..).collect())
+        let taken: Vec<(u64, ResultLine)> = self.ready.drain(..).collect();
+        let Some(store) = &mut self.store else {
+            return Box::pin(std::future::ready(taken.into_iter().map(|(_, l)| l).collect()));
+        };
+        // Every line up to the last taken is taken: those whose Put has not
+        // gone to the writer yet are simply not stored, the rest deleted.
+        let Some(last) = taken.last().map(|(seq, _)| *seq) else { return Box::pin(std::future::ready(Vec::new())) };
+        let before = store.pending.len();
+        store.pending.retain(|op| !matches!(op, Op::Put { seq, .. } if *seq <= last));
+        let unsent = before - store.pending.len();
+        let lines: Vec<ResultLine> = taken.into_iter().map(|(_, l)| l).collect();
+        if unsent == lines.len() {
+            return Box::pin(std::future::ready(lines));
+        }
+        store.pending.push(Op::DeleteUpTo(last));
+        let (tx, rx) = oneshot::channel();
+        store.waiters.push(tx);
+        self.write_pending(ctx);
+        Box::pin(async move {
+            let _ = rx.await;
+            lines
+        })
     }
 }
 
@@ -136,5 +294,53 @@ impl Handler<SetAsync> for ResultQueue {
         }
         // Results queued before async mode was switched on are announced too.
         self.maybe_notify();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(lines: &[ResultLine]) -> Vec<String> {
+        lines.iter().map(|l| format!("{}{}", String::from_utf8_lossy(&l.head), String::from_utf8_lossy(&l.tail))).collect()
+    }
+
+    async fn complete(q: &Addr<ResultQueue>, ids: std::ops::RangeInclusive<u32>) {
+        for id in ids {
+            assert!(q.send(Accept(ReqId(id))).await.unwrap());
+            q.send(Complete { reqid: ReqId(id), result: CommandResult::Error(format!("r{id}")) }).await.unwrap();
+        }
+    }
+
+    fn stored(db: &StateDb) -> i64 {
+        db.with_conn(|c| c.query_row("SELECT count(*) FROM unread_results", [], |r| r.get(0))).unwrap()
+    }
+
+    #[test]
+    fn a_durable_queue_gives_again_what_was_not_taken_and_never_what_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path(), crate::SCHEMA).unwrap();
+        actix_rt::System::new().block_on(async {
+            let q = ResultQueue::durable(db.clone()).unwrap().start();
+            complete(&q, 1..=3).await;
+            assert_eq!(q.send(Drain).await.unwrap().len(), 3);
+            complete(&q, 4..=5).await;
+            // Stored a moment after they complete (a blocking thread writes).
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while stored(&db) != 2 {
+                assert!(std::time::Instant::now() < until, "{} stored", stored(&db));
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+
+            // A restart: the unread two, in order; their ids still pending.
+            let again = ResultQueue::durable(db.clone()).unwrap().start();
+            assert!(!again.send(Accept(ReqId(4))).await.unwrap(), "an unread result's id is still in use");
+            assert!(again.send(Accept(ReqId(1))).await.unwrap(), "a taken result's id is free");
+            // Their deletion is committed before the lines are handed out.
+            let lines = again.send(Drain).await.unwrap();
+            assert_eq!(text(&lines), ["4 r4", "5 r5"]);
+            assert_eq!(stored(&db), 0);
+            assert!(text(&ResultQueue::durable(db.clone()).unwrap().ready.into_iter().map(|(_, l)| l).collect::<Vec<_>>()).is_empty());
+        });
     }
 }

@@ -26,10 +26,32 @@ pub struct Runtime {
     pub blah: Addr<BlahJobs>,
 }
 
-impl Runtime {
-    /// Opens the state and starts the actors; call inside a running actix
-    /// System.
-    pub fn start(config: DaemonConfig) -> io::Result<Runtime> {
+/// A state directory opened, its schema brought up to date, and (for a
+/// client of `serve`) the results it had not read: the blocking half of
+/// starting a runtime, done on a blocking thread by `serve` so that other
+/// clients are not kept waiting.
+pub struct OpenedState {
+    config: Arc<DaemonConfig>,
+    db: StateDb,
+    queue: ResultQueue,
+}
+
+impl OpenedState {
+    /// For the stdio daemon. Results not yet read are kept in memory only:
+    /// a new stdio daemon serves a gridmanager that has given up on what it
+    /// asked the old one, and stored results would answer request ids this
+    /// process never accepted (docs/serve.md).
+    pub fn open(config: DaemonConfig) -> io::Result<Self> {
+        Self::open_with(config, false)
+    }
+
+    /// For a client of `boinc_gahp serve`: its unread results are kept in
+    /// its state database and come back after a restart.
+    pub fn open_served(config: DaemonConfig) -> io::Result<Self> {
+        Self::open_with(config, true)
+    }
+
+    fn open_with(config: DaemonConfig, durable_results: bool) -> io::Result<Self> {
         let config = Arc::new(config);
         let db = StateDb::open(&config.state_dir, crate::SCHEMA)?;
         match crate::sequences::store::sweep_leftovers(&config.state_dir) {
@@ -37,8 +59,27 @@ impl Runtime {
             Ok(n) => tracing::info!(files = n, "removed temporary files a killed daemon left in the sequence content store"),
             Err(e) => tracing::warn!("can't sweep the sequence content store: {e}"),
         }
+        let queue = match durable_results {
+            true => ResultQueue::durable(db.clone()).map_err(io::Error::other)?,
+            false => ResultQueue::default(),
+        };
+        Ok(OpenedState { config, db, queue })
+    }
+}
+
+impl Runtime {
+    /// Opens the state and starts the actors of the stdio daemon; call
+    /// inside a running actix System.
+    pub fn start(config: DaemonConfig) -> io::Result<Runtime> {
+        Self::on(OpenedState::open(config)?)
+    }
+
+    /// Starts the actors on an opened state; call inside a running actix
+    /// System.
+    pub fn on(state: OpenedState) -> io::Result<Runtime> {
+        let OpenedState { config, db, queue } = state;
         let stager = FileStager::new(db.clone(), config.hash_threads).start();
-        let queue = ResultQueue::default().start();
+        let queue = queue.start();
         let projects = Projects::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();
         let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
         projects.do_send(SetPools(PoolLink::to(pools.clone())));

@@ -12,6 +12,8 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use gahp_protocol::classad::{ClassAd, Value};
+use gahp_protocol::gahp::sequence::SequenceCommand;
 use gahp_protocol::gahp::{AsyncCommand, BlahCommand, Request};
 
 /// Between the client's name and each of its batch and job names.
@@ -59,7 +61,7 @@ impl Tenancy {
     }
 
     /// A client's path: relative, no `..`, resolved in its area.
-    fn path(&self, p: &Path) -> Result<PathBuf, Refusal> {
+    pub fn path(&self, p: &Path) -> Result<PathBuf, Refusal> {
         Ok(self.files.join(inside(p)?))
     }
 
@@ -69,13 +71,8 @@ impl Tenancy {
     pub fn rewrite(&self, req: Request) -> Result<Request, Refusal> {
         Ok(match req {
             Request::Async { reqid, command } => Request::Async { reqid, command: self.command(command)? },
-            Request::Sequence { .. } => return Err(Refusal::Unsupported("BOINC_SEQUENCE_*")),
-            // Until a served client can submit BLAH jobs it has none, and a
-            // job id is a BOINC name with no client prefix: status, cancel
-            // or refresh of one would reach a job of no client's (looked up
-            // on the project by that name, a cancel aborting it there).
-            ping @ Request::Blah { command: BlahCommand::Ping { .. }, .. } => ping,
-            Request::Blah { .. } => return Err(Refusal::Unsupported("BLAH_JOB_*")),
+            Request::Sequence { reqid, command } => Request::Sequence { reqid, command: self.sequence(command)? },
+            Request::Blah { reqid, command } => Request::Blah { reqid, command: self.blah(command)? },
             other => other,
         })
     }
@@ -112,6 +109,93 @@ impl Tenancy {
             AsyncCommand::RetireBatch { batch } => AsyncCommand::RetireBatch { batch: self.name(&batch) },
             AsyncCommand::SetLease { batch, lease_time } => AsyncCommand::SetLease { batch: self.name(&batch), lease_time },
         })
+    }
+
+    /// A sequence's name is the stem of every step's BOINC batch and job
+    /// name, so the prefix carries into those too.
+    fn sequence(&self, command: SequenceCommand) -> Result<SequenceCommand, Refusal> {
+        Ok(match command {
+            SequenceCommand::Create(mut c) => {
+                c.name = self.name(&c.name);
+                for file in c.state_files.iter_mut().chain(c.inputs.iter_mut()) {
+                    file.src = self.path(&file.src)?;
+                }
+                SequenceCommand::Create(c)
+            }
+            SequenceCommand::Fetch(mut f) => {
+                f.name = self.name(&f.name);
+                f.dir = self.path(&f.dir)?;
+                SequenceCommand::Fetch(f)
+            }
+            SequenceCommand::Extend { name, steps } => SequenceCommand::Extend { name: self.name(&name), steps },
+            SequenceCommand::End { name } => SequenceCommand::End { name: self.name(&name) },
+            SequenceCommand::Query { name } => SequenceCommand::Query { name: self.name(&name) },
+            SequenceCommand::Abort { name } => SequenceCommand::Abort { name: self.name(&name) },
+        })
+    }
+
+    /// A BLAH job's ad with its paths in the client's area; its ids name
+    /// its BOINC jobs with its prefix (the runtime makes them so), so an id
+    /// of another client's job names none of its own.
+    fn blah(&self, command: BlahCommand) -> Result<BlahCommand, Refusal> {
+        Ok(match command {
+            BlahCommand::Ping { batch_type } => BlahCommand::Ping { batch_type },
+            BlahCommand::JobSubmit { mut ad } => {
+                self.ad_paths(&mut ad)?;
+                BlahCommand::JobSubmit { ad }
+            }
+            BlahCommand::JobStatus { job_id } => BlahCommand::JobStatus { job_id: self.job_id(&job_id) },
+            BlahCommand::JobCancel { job_id } => BlahCommand::JobCancel { job_id: self.job_id(&job_id) },
+            BlahCommand::JobRefreshProxy { job_id, proxy } => BlahCommand::JobRefreshProxy { job_id: self.job_id(&job_id), proxy },
+        })
+    }
+
+    /// `boinc/<key>/<name>[/<name>]` with each name prefixed; anything
+    /// else as it is (it is no job id of the runtime's either).
+    fn job_id(&self, id: &str) -> String {
+        match id.strip_prefix("boinc/").and_then(|rest| rest.split_once('/')) {
+            Some((key, names)) => {
+                let names: Vec<String> = names.split('/').map(|n| self.name(n)).collect();
+                format!("boinc/{key}/{}", names.join("/"))
+            }
+            None => id.to_string(),
+        }
+    }
+
+    /// `Iwd` into the area; every other path the daemon reads or writes
+    /// (inputs, outputs and their remaps, `In`, `Out`, `Err`) relative to
+    /// it and staying below it.
+    fn ad_paths(&self, ad: &mut ClassAd) -> Result<(), Refusal> {
+        if ad.get(crate::blah::sequence::STEPS).is_some() {
+            return Err(Refusal::Unsupported("a work sequence job"));
+        }
+        let list = |name: &str, sep: char| -> Vec<String> {
+            ad.get_str(name).unwrap_or("").split(sep).map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect()
+        };
+        for entry in list("TransferInput", ',') {
+            // A URL is refused later, with a hold reason that says so.
+            if !entry.contains("://") {
+                inside(Path::new(&entry))?;
+            }
+        }
+        for entry in list("TransferOutput", ',') {
+            inside(Path::new(&entry))?;
+        }
+        for entry in list("TransferOutputRemaps", ';') {
+            if let Some((_, to)) = entry.split_once('=') {
+                inside(Path::new(to.trim()))?;
+            }
+        }
+        for name in ["In", "Out", "Err"] {
+            if let Some(p) = ad.get_str(name).map(str::trim).filter(|p| !p.is_empty()) {
+                inside_or_discarded(Path::new(p))?;
+            }
+        }
+        if let Some(iwd) = ad.get_str("Iwd").map(str::trim) {
+            let iwd = self.path(Path::new(iwd))?;
+            ad.insert("Iwd", Value::Str(iwd.to_string_lossy().into_owned()));
+        }
+        Ok(())
     }
 
     /// A result line as the client sees it: its names without the prefix,
@@ -198,6 +282,45 @@ mod tests {
     }
 
     #[test]
+    fn a_sequence_is_named_for_its_client_and_reads_and_writes_in_its_area() {
+        use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, StepSelector};
+        let t = alice();
+        let seq = |command| Request::Sequence { reqid: ReqId(4), command };
+        let create = |state: &str, input: &str| {
+            seq(SequenceCommand::Create(CreateSequence {
+                name: "md".into(),
+                app_name: "stepper".into(),
+                steps: 2,
+                max_step_time: 60,
+                max_attempts: 2,
+                end_marker: None,
+                state_files: vec![InputFile { src: state.into(), dst_name: "state".into() }],
+                args: vec![],
+                inputs: vec![InputFile { src: input.into(), dst_name: "params".into() }],
+            }))
+        };
+        let Ok(Request::Sequence { command: SequenceCommand::Create(c), .. }) = t.rewrite(create("s0", "run/params")) else { panic!() };
+        assert_eq!(c.name, "alice~md");
+        assert_eq!(c.state_files[0].src, Path::new("/srv/clients/alice/files/s0"));
+        assert_eq!(c.inputs[0].src, Path::new("/srv/clients/alice/files/run/params"));
+        assert_eq!(t.rewrite(create("/etc/shadow", "p")), Err(Refusal::Path("/etc/shadow".into())));
+        assert_eq!(t.rewrite(create("s0", "../bob/files/p")), Err(Refusal::Path("../bob/files/p".into())));
+        let fetch =
+            |dir: &str| seq(SequenceCommand::Fetch(FetchSequence { name: "md".into(), step: StepSelector::Latest, dir: dir.into() }));
+        let Ok(Request::Sequence { command: SequenceCommand::Fetch(f), .. }) = t.rewrite(fetch("out")) else { panic!() };
+        assert_eq!((f.name.as_str(), f.dir.as_path()), ("alice~md", Path::new("/srv/clients/alice/files/out")));
+        assert!(t.rewrite(fetch("/tmp")).is_err());
+        for (command, want) in [
+            (SequenceCommand::Query { name: "md".into() }, SequenceCommand::Query { name: "alice~md".into() }),
+            (SequenceCommand::End { name: "md".into() }, SequenceCommand::End { name: "alice~md".into() }),
+            (SequenceCommand::Abort { name: "md".into() }, SequenceCommand::Abort { name: "alice~md".into() }),
+            (SequenceCommand::Extend { name: "md".into(), steps: 3 }, SequenceCommand::Extend { name: "alice~md".into(), steps: 3 }),
+        ] {
+            assert_eq!(t.rewrite(seq(command)), Ok(seq(want)));
+        }
+    }
+
+    #[test]
     fn paths_outside_the_area_and_what_serve_does_not_offer_are_refused() {
         let t = alice();
         for bad in ["/etc/passwd", "../bob/files/x", "a/../../x", ""] {
@@ -221,10 +344,37 @@ mod tests {
         assert!(t.authenticator_file("http://127.0.0.1:1/other/").is_err());
         let blah = |command| Request::Blah { reqid: ReqId(3), command };
         assert!(t.rewrite(blah(BlahCommand::Ping { batch_type: "boinc".into() })).is_ok());
-        for id in ["blah#home_bl_x_1.0_1#1", "alice~x"] {
-            for command in [BlahCommand::JobStatus { job_id: id.into() }, BlahCommand::JobCancel { job_id: id.into() }] {
-                assert_eq!(t.rewrite(blah(command)), Err(Refusal::Unsupported("BLAH_JOB_*")), "{id}");
+        let status = |id: &str| match t.rewrite(blah(BlahCommand::JobStatus { job_id: id.into() })) {
+            Ok(Request::Blah { command: BlahCommand::JobStatus { job_id }, .. }) => job_id,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(status("boinc/0123456789ab/blah#d#1"), "boinc/0123456789ab/alice~blah#d#1");
+        assert_eq!(status("boinc/0123456789ab/blah#a#1/blah#b#1"), "boinc/0123456789ab/alice~blah#a#1/alice~blah#b#1");
+        assert_eq!(status("blah#home_bl_x_1.0_1#1"), "blah#home_bl_x_1.0_1#1");
+        let submit = |attrs: &[(&str, &str)]| {
+            let mut ad = ClassAd::new();
+            ad.insert("Iwd", Value::Str("blah/j1".into()));
+            for (k, v) in attrs {
+                ad.insert(*k, Value::Str((*v).into()));
             }
+            t.rewrite(blah(BlahCommand::JobSubmit { ad }))
+        };
+        let Ok(Request::Blah { command: BlahCommand::JobSubmit { ad }, .. }) =
+            submit(&[("TransferInput", "in/0/a, b"), ("Out", "/dev/null")])
+        else {
+            panic!()
+        };
+        assert_eq!(ad.get_str("Iwd"), Some("/srv/clients/alice/files/blah/j1"));
+        for (attr, bad) in [
+            ("TransferInput", "a,/etc/passwd"),
+            ("TransferOutput", "../x"),
+            ("TransferOutputRemaps", "out=/home/x/.bashrc"),
+            ("Out", "/tmp/o"),
+            ("Err", "../../e"),
+            ("In", "/etc/shadow"),
+            ("Iwd", "/"),
+        ] {
+            assert!(matches!(submit(&[(attr, bad)]), Err(Refusal::Path(_))), "{attr} = {bad}");
         }
     }
 }

@@ -86,6 +86,10 @@ struct Cli {
     /// Soak mode: BOINC_* batches, and as many BLAH_* jobs, kept in flight.
     #[arg(long, default_value_t = 4)]
     in_flight: usize,
+    /// Soak mode: the dialects of the workload (one alone shows which side
+    /// a growth comes from).
+    #[arg(long, value_enum, default_value_t = soak::Dialects::Both)]
+    soak_dialect: soak::Dialects,
 }
 
 /// How much faster than real time the simulated project runs.
@@ -191,6 +195,7 @@ fn soak(cli: &Cli, minutes: f64) -> Result<bool, String> {
         time_scale: cli.time_scale,
         seed: cli.seed,
         in_flight: cli.in_flight.max(1),
+        dialects: cli.soak_dialect,
     };
     soak::soak(&spec)
 }

@@ -1,8 +1,7 @@
 //! `boinc_gahp connect`: stdin/stdout to a `boinc_gahp serve` over TLS.
-//! It proves the token, then copies bytes both ways, so the gridmanager
-//! speaks GAHP to the remote second tier as to a local daemon. Files do not
-//! travel yet: the paths in requests name files in the client's area on
-//! the second tier (docs/serve.md).
+//! It proves the token, then relays GAHP both ways, so the gridmanager
+//! speaks to the remote second tier as to a local daemon; the files its
+//! requests name travel over the same connection (`relay`, docs/serve.md).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,6 +23,10 @@ pub struct ConnectArgs {
     /// Plain TCP instead of TLS, to a serve on a loopback address.
     #[arg(long)]
     pub insecure_loopback: bool,
+    /// Send no files: paths in requests name files in this client's area
+    /// on the serving host (put there by other means).
+    #[arg(long)]
+    pub remote_paths: bool,
 }
 
 pub fn run(args: &ConnectArgs) -> ExitCode {
@@ -56,7 +59,7 @@ async fn connect(args: &ConnectArgs) -> Result<(), String> {
         if !peer.ip().is_loopback() {
             return Err(format!("--insecure-loopback: {peer} is not a loopback address"));
         }
-        return bridge(tcp, &token).await;
+        return bridge(tcp, &token, !args.remote_paths).await;
     }
     let host = args.addr.rsplit_once(':').map_or(args.addr.as_str(), |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
     let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| format!("{host}: {e}"))?;
@@ -64,7 +67,7 @@ async fn connect(args: &ConnectArgs) -> Result<(), String> {
         .connect(name, tcp)
         .await
         .map_err(|e| format!("TLS with {}: {e}", args.addr))?;
-    bridge(tls, &token).await
+    bridge(tls, &token, !args.remote_paths).await
 }
 
 fn client_config(args: &ConnectArgs) -> Result<rustls::ClientConfig, String> {
@@ -85,8 +88,8 @@ fn client_config(args: &ConnectArgs) -> Result<rustls::ClientConfig, String> {
         .with_no_client_auth())
 }
 
-/// `AUTH`, its answer, then bytes both ways until the server closes.
-async fn bridge(mut stream: impl AsyncRead + AsyncWrite + Unpin, token: &str) -> Result<(), String> {
+/// `AUTH`, its answer, then the relay until the server closes.
+async fn bridge(mut stream: impl AsyncRead + AsyncWrite + Unpin, token: &str, files: bool) -> Result<(), String> {
     // A server over its connection limit closes at once: say so, however
     // the close shows (EOF or a reset).
     let closed = |e: std::io::Error| format!("the server closed the connection before answering AUTH ({e})");
@@ -105,33 +108,5 @@ async fn bridge(mut stream: impl AsyncRead + AsyncWrite + Unpin, token: &str) ->
         let why = line.strip_prefix("E ").unwrap_or(&line).replace("\\ ", " ").replace("\\\\", "\\");
         return Err(format!("the server refused: {why}"));
     }
-    let (mut from_server, mut to_server) = tokio::io::split(stream);
-    let mut stdout = tokio::io::stdout();
-    stdout.write_all(&buf).await.map_err(|e| e.to_string())?;
-    stdout.flush().await.map_err(|e| e.to_string())?;
-    let up = async {
-        let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut to_server).await;
-        let _ = to_server.shutdown().await;
-    };
-    let down = async {
-        let mut chunk = vec![0u8; 64 << 10];
-        loop {
-            match from_server.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    if stdout.write_all(&chunk[..n]).await.is_err() || stdout.flush().await.is_err() {
-                        break;
-                    }
-                }
-            }
-        }
-    };
-    // The server's end of the stream ends the bridge; stdin's EOF only
-    // tells the server (which then ends the session).
-    tokio::pin!(down);
-    tokio::select! {
-        _ = &mut down => {}
-        _ = async { up.await; std::future::pending::<()>().await } => {}
-    }
-    Ok(())
+    super::relay::relay(stream, buf, files).await
 }

@@ -3,6 +3,8 @@
 //! token`, how an admin manages those tokens.
 
 pub mod connect;
+pub mod files;
+pub mod relay;
 pub mod server;
 pub mod tokens;
 
@@ -104,6 +106,10 @@ pub struct ServeArgs {
     /// Bytes a client may leave unread before it is disconnected.
     #[arg(long, default_value_t = 256 << 20)]
     pub max_unread_bytes: usize,
+    /// Days the files a client sent or has not fetched yet are kept
+    /// (fractions allowed); a retired batch's outputs go at once.
+    #[arg(long, default_value_t = 30.0)]
+    pub keep_files_days: f64,
 }
 
 fn secs(flag: &str, v: f64) -> Result<std::time::Duration, String> {
@@ -151,7 +157,8 @@ fn serve_inner(cli: &crate::cli::Cli, args: &ServeArgs) -> Result<(), String> {
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), %local, tls = tls.is_some(), "boinc_gahp serve starting");
     eprintln!("boinc_gahp serve: listening on {local}");
-    let server = server::Server { tls, tokens: args.tokens.clone(), base: settings.daemon, limits };
+    let keep_files = secs("--keep-files-days", args.keep_files_days * 86_400.0)?;
+    let server = server::Server { tls, tokens: args.tokens.clone(), base: settings.daemon, limits, keep_files };
     system.block_on(server::run(server, listener));
     Ok(())
 }

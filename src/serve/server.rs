@@ -3,7 +3,7 @@
 //! across its connections (docs/serve.md).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use gahp_actors::runtime::Runtime;
+use gahp_actors::runtime::{OpenedState, Runtime};
 use gahp_actors::session::{EndSession, GahpDecoder, Session};
 use gahp_actors::tenancy::Tenancy;
 use gahp_actors::DaemonConfig;
@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::codec::FramedRead;
 
+use super::files::{self, Incoming, Outgoing, ServeDecoder, Transfer};
 use super::tokens::{Client, Token, TokensFile};
 
 /// How a connection is guarded; every field has a `serve` flag.
@@ -50,6 +51,9 @@ pub struct Server {
     pub tokens: PathBuf,
     pub base: DaemonConfig,
     pub limits: Limits,
+    /// What the file protocol keeps (inputs, outputs not fetched) is
+    /// deleted after this.
+    pub keep_files: Duration,
 }
 
 /// One client: its runtime (results, batches, jobs), started at its first
@@ -63,6 +67,8 @@ struct Tenant {
 struct Shared {
     server: Server,
     tenants: RefCell<HashMap<String, Tenant>>,
+    /// Clients whose state is being opened.
+    opening: RefCell<HashSet<String>>,
     open: Cell<usize>,
     /// The tokens file as last read, and when it was written then.
     tokens: RefCell<(Option<SystemTime>, Rc<TokensFile>)>,
@@ -91,30 +97,45 @@ impl Shared {
         Ok(cached.1.clone())
     }
 
-    /// The client's tenant, started at its first connection.
-    fn tenant(&self, client: &Client) -> io::Result<(Runtime, Tenancy)> {
-        let mut tenants = self.tenants.borrow_mut();
-        if let Some(t) = tenants.get_mut(&client.name) {
+    /// The client's tenant, started at its first connection. Its state is
+    /// opened on a blocking thread (the SQLite file, its migrations, its
+    /// unread results): other clients go on meanwhile.
+    async fn tenant(&self, client: &Client) -> io::Result<(Runtime, Tenancy)> {
+        // Another connection of the client is opening it: use that one.
+        while self.opening.borrow().contains(&client.name) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if let Some(t) = self.tenants.borrow_mut().get_mut(&client.name) {
             // The admin may have changed its projects since.
             t.tenancy.projects = projects_of(client);
             return Ok((t.runtime.clone(), t.tenancy.clone()));
         }
         let dir = self.server.base.state_dir.join("clients").join(&client.name);
         let files = dir.join("files");
-        std::fs::create_dir_all(&files)?;
-        owner_only(&dir)?;
         let mut config = self.server.base.clone();
-        config.state_dir = dir;
+        config.state_dir = dir.clone();
         // Its BLAH jobs use its first project, never a file of its choosing.
         let first = client.projects.first();
         config.blah.project_url = first.map(|p| p.url.clone());
         config.blah.authenticator_file = first.map(|p| p.authenticator_file.clone());
         config.blah.allow_project_override = false;
         config.blah.pool = None;
-        let runtime = Runtime::start(config)?;
+        // Its BLAH jobs' BOINC names are its own, and it has no others.
+        config.blah.name_prefix = format!("{}{}", client.name, gahp_actors::tenancy::NAME_SEPARATOR);
+        config.blah.known_jobs_only = true;
+        self.opening.borrow_mut().insert(client.name.clone());
+        let area = files.clone();
+        let opened = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&area)?;
+            owner_only(&dir)?;
+            OpenedState::open_served(config)
+        })
+        .await;
+        self.opening.borrow_mut().remove(&client.name);
+        let runtime = Runtime::on(opened.map_err(io::Error::other)??)?;
         let tenancy = Tenancy { client: client.name.clone(), projects: projects_of(client), files };
         tracing::info!(client = %client.name, "started the client's runtime");
-        tenants.insert(client.name.clone(), Tenant { runtime: runtime.clone(), tenancy: tenancy.clone(), session: None });
+        self.tenants.borrow_mut().insert(client.name.clone(), Tenant { runtime: runtime.clone(), tenancy: tenancy.clone(), session: None });
         Ok((runtime, tenancy))
     }
 
@@ -152,8 +173,19 @@ pub async fn run(server: Server, listener: TcpListener) {
     let shared = Rc::new(Shared {
         server,
         tenants: RefCell::default(),
+        opening: RefCell::default(),
         open: Cell::new(0),
         tokens: RefCell::new((None, Rc::new(TokensFile::default()))),
+    });
+    let (clients, keep) = (shared.server.base.state_dir.join("clients"), shared.server.keep_files);
+    actix_rt::spawn(async move {
+        loop {
+            let gone = files::sweep(&clients, keep);
+            if gone > 0 {
+                tracing::info!(entries = gone, "deleted transferred files kept longer than the retention");
+            }
+            tokio::time::sleep((keep / 24).clamp(Duration::from_millis(200), Duration::from_secs(3600))).await;
+        }
     });
     let watcher = shared.clone();
     actix_rt::spawn(async move {
@@ -257,7 +289,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         let _ = stream.shutdown().await;
         return;
     };
-    let (runtime, tenancy) = match shared.tenant(&client) {
+    let (runtime, tenancy) = match shared.tenant(&client).await {
         Ok(t) => t,
         Err(e) => {
             tracing::error!(client = %client.name, "can't start the client's runtime: {e}");
@@ -272,7 +304,8 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
 
     let (reader, mut writer) = tokio::io::split(stream);
     let unread = Arc::new(AtomicUsize::new(0));
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Bytes>();
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
+    let transfer = Transfer::new(tenancy.clone(), out_tx.clone());
     let (in_tx, mut in_rx) = mpsc::channel::<io::Result<Frame>>(16);
     let output = Box::new(ChannelWriter { buf: Vec::new(), tx: out_tx, unread: unread.clone(), max: limits.max_unread_bytes });
     let frames = futures_util::stream::poll_fn(move |cx| in_rx.poll_recv(cx));
@@ -290,10 +323,16 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     }
 
     let writing = actix_rt::spawn(async move {
-        while let Some(chunk) = out_rx.recv().await {
-            let n = chunk.len();
-            let written = writer.write_all(&chunk).await;
-            unread.fetch_sub(n, Ordering::Relaxed);
+        while let Some(out) = out_rx.recv().await {
+            let written = match out {
+                Outgoing::Bytes(chunk) => {
+                    let written = writer.write_all(&chunk).await;
+                    unread.fetch_sub(chunk.len(), Ordering::Relaxed);
+                    written
+                }
+                Outgoing::Answer(line) => writer.write_all(&line).await,
+                Outgoing::File { header, file, size } => files::send_file(&mut writer, &header, file, size).await,
+            };
             if written.is_err() {
                 break;
             }
@@ -301,7 +340,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         let _ = writer.shutdown().await;
     });
     let name = client.name.clone();
-    read_requests(reader, rest, in_tx, &limits, &name).await;
+    read_requests(reader, rest, in_tx, transfer, &limits, &name).await;
     let _ = writing.await;
     tracing::info!(client = %name, %peer, "connection closed");
 }
@@ -312,10 +351,11 @@ async fn read_requests(
     reader: impl AsyncRead + Unpin,
     already: BytesMut,
     to_session: mpsc::Sender<io::Result<Frame>>,
+    mut transfer: Transfer,
     limits: &Limits,
     client: &str,
 ) {
-    let mut framed = FramedRead::new(reader, GahpDecoder(LineFramer::new(limits.max_line)));
+    let mut framed = FramedRead::new(reader, ServeDecoder::new(GahpDecoder(LineFramer::new(limits.max_line))));
     framed.read_buffer_mut().extend_from_slice(&already);
     let rate = f64::from(limits.commands_per_sec.max(1));
     let mut budget = rate;
@@ -326,6 +366,11 @@ async fn read_requests(
             _ = to_session.closed() => return,
         };
         let frame = match next {
+            // A file's bytes are not request lines.
+            Ok(Some(Ok(body @ (Incoming::Body(_) | Incoming::BodyEnd)))) => {
+                transfer.handle(body);
+                continue;
+            }
             Ok(Some(f)) => f,
             Ok(None) => return,
             Err(_) => {
@@ -342,6 +387,19 @@ async fn read_requests(
             last = Instant::now();
         }
         budget -= 1.0;
+        let frame = match frame {
+            Ok(Incoming::Gahp(frame)) => {
+                if let Frame::Line(line) = &frame {
+                    transfer.observe(line);
+                }
+                Ok(frame)
+            }
+            Ok(file) => {
+                transfer.handle(file);
+                continue;
+            }
+            Err(e) => Err(e),
+        };
         if to_session.send(frame).await.is_err() {
             return;
         }
@@ -353,7 +411,7 @@ async fn read_requests(
 /// than the limit unread.
 struct ChannelWriter {
     buf: Vec<u8>,
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::UnboundedSender<Outgoing>,
     unread: Arc<AtomicUsize>,
     max: usize,
 }
@@ -373,7 +431,7 @@ impl Write for ChannelWriter {
         if pending > self.max {
             return Err(io::Error::other(format!("the client left {pending} bytes unread")));
         }
-        self.tx.send(chunk).map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "connection closed"))
+        self.tx.send(Outgoing::Bytes(chunk)).map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "connection closed"))
     }
 }
 

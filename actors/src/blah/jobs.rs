@@ -97,8 +97,8 @@ impl BlahJobs {
         match command {
             BlahCommand::Ping { .. } => self.ping(),
             BlahCommand::JobSubmit { ad } => self.submit(ad, ctx),
-            BlahCommand::JobStatus { job_id } => self.status(job_id),
-            BlahCommand::JobCancel { job_id } => self.cancel(job_id),
+            BlahCommand::JobStatus { job_id } => self.status(job_id, ctx),
+            BlahCommand::JobCancel { job_id } => self.cancel(job_id, ctx),
             // BOINC has no proxies to renew.
             BlahCommand::JobRefreshProxy { .. } => ready(BlahResult::ok()),
         }
@@ -142,9 +142,10 @@ impl BlahJobs {
             .ok()
             .filter(|_| !sequence)
             .map(|(app, _)| format!("{app}\n{}", ad.get("RequestMemory").map(|v| v.to_string()).unwrap_or_default()));
+        let job = Submitted { job_dir, text: ad.to_string(), gather_key, prefix: self.config.blah.name_prefix.clone() };
         // A job that names no project goes where the pool's matchmaking puts it.
         if let Some(place) = pool_placement(ad, &self.config.blah) {
-            let (pools, store, me, text) = (self.pools.clone(), self.store.clone(), ctx.address(), ad.to_string());
+            let (pools, store, me) = (self.pools.clone(), self.store.clone(), ctx.address());
             return Box::pin(async move {
                 let (pkey, held) = match pools.send(place).await {
                     Ok(Ok(choice)) => me
@@ -154,14 +155,14 @@ impl BlahJobs {
                     Ok(Err(reason)) => (UNCONFIGURED.to_string(), Some(reason)),
                     Err(_) => (UNCONFIGURED.to_string(), Some("internal error: the broker stopped".into())),
                 };
-                claim(store, me, job_dir, pkey, held, text, gather_key).await
+                claim(store, me, job, pkey, held).await
             });
         }
         let (pkey, held) = match map::choose_project(ad, &self.config.blah) {
             Ok(choice) => self.learn(choice.url, choice.authenticator_file),
             Err(e) => (UNCONFIGURED.to_string(), Some(e.hold_reason())),
         };
-        Box::pin(claim(self.store.clone(), ctx.address(), job_dir, pkey, held, ad.to_string(), gather_key))
+        Box::pin(claim(self.store.clone(), ctx.address(), job, pkey, held))
     }
 
     /// Records a project a job was placed on (by key) and starts its actor;
@@ -177,11 +178,17 @@ impl BlahJobs {
         (pkey, held)
     }
 
-    fn status(&mut self, job_id: &str) -> Work {
+    fn status(&mut self, job_id: &str, ctx: &Context<Self>) -> Work {
         let Some(id) = JobId::parse(job_id) else {
-            let error = format!("{job_id} is not a job id of this BOINC GAHP");
-            return ready(BlahResult::Status { code: 1, error, status: 0, ad: None });
+            return ready(not_ours(job_id));
         };
+        if self.config.blah.known_jobs_only {
+            return self.if_known(id, ctx, BlahCommand::JobStatus { job_id: job_id.into() }, not_ours(job_id));
+        }
+        self.status_known(id)
+    }
+
+    fn status_known(&mut self, id: JobId) -> Work {
         if id.project == UNCONFIGURED {
             let reason = MapError::NoProject { config: config_name(&self.config) }.hold_reason();
             return self.recorded_status(id.job, reason);
@@ -190,6 +197,24 @@ impl BlahJobs {
             Ok(p) => forward(p.send(Status { id }), "BLAH_JOB_STATUS"),
             Err(reason) => self.recorded_status(id.job, reason),
         }
+    }
+
+    /// With `known_jobs_only`: `command` if the state database has a
+    /// record of its job, else `otherwise`, asking the project nothing.
+    fn if_known(&self, id: JobId, ctx: &Context<Self>, command: BlahCommand, otherwise: BlahResult) -> Work {
+        let (store, me, job) = (self.store.clone(), ctx.address(), id.job.clone());
+        Box::pin(async move {
+            match store.read(move |c| store::load(c, &job)).await {
+                Ok(Some(_)) => {
+                    let failed = command.failure("internal error: the BLAH front end stopped");
+                    me.send(KnownJob { id, command }).await.unwrap_or(failed)
+                }
+                _ => {
+                    tracing::info!("{} of an id this client has no job of: {id}", command.code());
+                    otherwise
+                }
+            }
+        })
     }
 
     /// A job no project actor can answer for: its recorded final status,
@@ -209,11 +234,18 @@ impl BlahJobs {
     /// Marks the attempt cancelled (before anything else, so a resubmit of
     /// its JobDirectory makes a new attempt) and aborts it on BOINC. Code
     /// 0 for ids that are not ours or never reached a project: gone.
-    fn cancel(&mut self, job_id: &str) -> Work {
+    fn cancel(&mut self, job_id: &str, ctx: &Context<Self>) -> Work {
         let Some(id) = JobId::parse(job_id) else {
             tracing::info!("BLAH_JOB_CANCEL of an id that is not ours: {job_id}");
             return ready(BlahResult::ok());
         };
+        if self.config.blah.known_jobs_only {
+            return self.if_known(id, ctx, BlahCommand::JobCancel { job_id: job_id.into() }, BlahResult::ok());
+        }
+        self.cancel_known(id)
+    }
+
+    fn cancel_known(&mut self, id: JobId) -> Work {
         let j = id.job.clone();
         self.store.write("mark a job cancelled", move |c| store::mark_cancelled(c, &j));
         if id.project == UNCONFIGURED {
@@ -255,18 +287,20 @@ fn prune_period(retention: Duration) -> Duration {
 /// The work of one command, run as a task of its own.
 type Work = LocalBoxFuture<'static, BlahResult>;
 
+/// A submitted job as its attempt is recorded: its `JobDirectory`, its ad,
+/// the key of the batches it may share, its BOINC names' prefix.
+struct Submitted {
+    job_dir: String,
+    text: String,
+    gather_key: Option<String>,
+    prefix: String,
+}
+
 /// Records the job's attempt on project `pkey` (held with `held` if set;
 /// else joining the open BOINC batch of its gathering key, if any) and
 /// answers its id.
-async fn claim(
-    store: BlahStore,
-    me: Addr<BlahJobs>,
-    job_dir: String,
-    pkey: String,
-    held: Option<String>,
-    text: String,
-    gather_key: Option<String>,
-) -> BlahResult {
+async fn claim(store: BlahStore, me: Addr<BlahJobs>, job: Submitted, pkey: String, held: Option<String>) -> BlahResult {
+    let Submitted { job_dir, text, gather_key, prefix } = job;
     let gathering = store.gathering.clone();
     let held_reason = held.clone();
     let condor_job = map::condor_job_id_of_dir(&job_dir).unwrap_or_else(|| "unknown".into());
@@ -275,7 +309,7 @@ async fn claim(
             let hold = held.map(|reason| move |batch: &str| held_ad(batch, &reason).to_string());
             let key = gather_key.map(|k| format!("{pkey}\n{k}"));
             let gather = key.as_deref().map(|k| (&gathering, k));
-            store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String), gather)
+            store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String), gather, &prefix)
         })
         .await;
     match claimed {
@@ -290,6 +324,11 @@ async fn claim(
         }
         Err(e) => BlahResult::Submit { code: 1, error: format!("boinc-gahp can't record the job: {e}"), job_id: None },
     }
+}
+
+fn not_ours(job_id: &str) -> BlahResult {
+    let error = format!("{job_id} is not a job id of this BOINC GAHP");
+    BlahResult::Status { code: 1, error, status: 0, ad: None }
 }
 
 fn ready(r: BlahResult) -> Work {
@@ -384,6 +423,24 @@ impl Handler<Learn> for BlahJobs {
     type Result = MessageResult<Learn>;
     fn handle(&mut self, msg: Learn, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.learn(msg.0, msg.1))
+    }
+}
+
+/// A status or cancel of a job the state database has a record of.
+#[derive(Message)]
+#[rtype(result = "BlahResult")]
+struct KnownJob {
+    id: JobId,
+    command: BlahCommand,
+}
+
+impl Handler<KnownJob> for BlahJobs {
+    type Result = ResponseFuture<BlahResult>;
+    fn handle(&mut self, KnownJob { id, command }: KnownJob, _: &mut Context<Self>) -> Self::Result {
+        match command {
+            BlahCommand::JobCancel { .. } => self.cancel_known(id),
+            _ => self.status_known(id),
+        }
     }
 }
 

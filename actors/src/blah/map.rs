@@ -42,7 +42,11 @@ impl JobId {
         let (project, rest) = id.strip_prefix("boinc/")?.split_once('/')?;
         let (batch, job) = rest.split_once('/').unwrap_or((rest, rest));
         let key_ok = project == UNCONFIGURED || (project.len() == 12 && project.bytes().all(|b| b.is_ascii_hexdigit()));
-        let name_ok = |n: &str| n.starts_with(BATCH_PREFIX) && n.bytes().all(|b| b.is_ascii_alphanumeric() || b"#._-".contains(&b));
+        // A served client's names carry `<client>~` before `blah#`.
+        let name_ok = |n: &str| {
+            let bare = n.split_once('~').map_or(n, |(client, bare)| if plain(client) { bare } else { n });
+            bare.starts_with(BATCH_PREFIX) && bare.bytes().all(|b| b.is_ascii_alphanumeric() || b"#._-".contains(&b))
+        };
         (key_ok && name_ok(batch) && name_ok(job)).then(|| JobId { project: project.into(), batch: batch.into(), job: job.into() })
     }
 }
@@ -60,10 +64,31 @@ impl fmt::Display for JobId {
 /// The BOINC batch and job name of one attempt. `JobDirectory` is used as
 /// is when it is plain and short (it always is from HTCondor), else its MD5,
 /// so the name never needs escaping on the server.
-pub fn batch_name(job_dir: &str, attempt: u32) -> String {
-    let plain = (1..=160).contains(&job_dir.len()) && job_dir.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    let token = if plain { job_dir.to_string() } else { format!("md5-{}", hex_md5(job_dir.as_bytes())) };
-    format!("{BATCH_PREFIX}{token}#{attempt}")
+/// `prefix` goes first (a served client's `<client>~`, else empty).
+pub fn batch_name(prefix: &str, job_dir: &str, attempt: u32) -> String {
+    format!("{prefix}{BATCH_PREFIX}{}#{attempt}", dir_token(job_dir))
+}
+
+/// What stands for a `JobDirectory` in BOINC names: itself when plain and
+/// short, else `md5-` and its MD5.
+pub fn dir_token(job_dir: &str) -> String {
+    if (1..=160).contains(&job_dir.len()) && plain(job_dir) {
+        job_dir.to_string()
+    } else {
+        format!("md5-{}", hex_md5(job_dir.as_bytes()))
+    }
+}
+
+/// The `JobDirectory` token of a job id's job (`[<client>~]blah#<token>#<attempt>`).
+pub fn dir_token_of(id: &str) -> Option<&str> {
+    let job = id.rsplit('/').next()?;
+    let bare = job.split_once('~').map_or(job, |(_, b)| b);
+    let (token, _attempt) = bare.strip_prefix(BATCH_PREFIX)?.rsplit_once('#')?;
+    (!token.is_empty() && plain(token)).then_some(token)
+}
+
+fn plain(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 /// The HTCondor job id (`cluster.proc`) of a BLAH submit ad, for the log:
@@ -403,7 +428,7 @@ mod tests {
     fn ids_round_trip_and_reject_others() {
         let id = JobId {
             project: project_key("http://p/", Path::new("/a")),
-            batch: batch_name("home_bl_127.0.0.1_9618_vm_2.0_1795253890", 3),
+            batch: batch_name("", "home_bl_127.0.0.1_9618_vm_2.0_1795253890", 3),
             job: String::new(),
         };
         let id = JobId { job: id.batch.clone(), ..id };
@@ -411,10 +436,18 @@ mod tests {
         assert_eq!(JobId::parse(&id.to_string()), Some(id.clone()));
         assert_eq!(id.to_string().matches('/').count(), 2, "a lone job's id names its batch once");
         // A job in a batch named after another job.
-        let shared = JobId { job: batch_name("other", 1), ..id.clone() };
+        let shared = JobId { job: batch_name("", "other", 1), ..id.clone() };
         assert_eq!(JobId::parse(&shared.to_string()), Some(shared.clone()));
         assert!(shared.to_string().ends_with("/blah#home_bl_127.0.0.1_9618_vm_2.0_1795253890#3/blah#other#1"));
         assert!(JobId::parse("boinc/none/blah#x#1").is_some());
+        // A served client's: its prefix before each name.
+        let served = JobId { job: batch_name("alice~", "d", 2), batch: batch_name("alice~", "d", 2), ..id.clone() };
+        assert_eq!(served.job, "alice~blah#d#2");
+        assert_eq!(JobId::parse(&served.to_string()), Some(served.clone()));
+        assert_eq!(dir_token_of(&served.to_string()), Some("d"));
+        assert_eq!(dir_token_of("boinc/0123456789ab/blah#a#1/blah#home_bl_x_1.0_9#3"), Some("home_bl_x_1.0_9"));
+        assert_eq!(dir_token_of("boinc/0123456789ab/blah#../x#1"), None);
+        assert!(JobId::parse("boinc/none/alice~bob~blah#x#1").is_none(), "one prefix only");
         for bad in [
             "",
             "boinc/",
@@ -426,7 +459,7 @@ mod tests {
         ] {
             assert_eq!(JobId::parse(bad), None, "{bad}");
         }
-        assert!(batch_name("a b/c", 1).starts_with("blah#md5-"));
+        assert!(batch_name("", "a b/c", 1).starts_with("blah#md5-"));
         assert_eq!(project_key("http://p", Path::new("/a")), project_key("http://p/", Path::new("/a")));
         assert_ne!(project_key("http://p/", Path::new("/a")), project_key("http://p/", Path::new("/b")));
     }

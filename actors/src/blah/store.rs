@@ -236,6 +236,7 @@ pub fn claim_attempt(
     ad: &str,
     held: Option<&dyn Fn(&str) -> String>,
     gather: Option<(&Gathering, &str)>,
+    name_prefix: &str,
 ) -> rusqlite::Result<(String, String, String)> {
     let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     type Last = (String, String, Option<String>, i64, String, Option<i32>);
@@ -259,7 +260,7 @@ pub fn claim_attempt(
         None => 0,
     };
     let attempt = last_attempt.max(forgotten_attempts(&tx)?) + 1;
-    let job = batch_name(job_dir, u32::try_from(attempt).unwrap_or(u32::MAX));
+    let job = batch_name(name_prefix, job_dir, u32::try_from(attempt).unwrap_or(u32::MAX));
     let (phase, status) = if held.is_some() { (Phase::Final, Some(5)) } else { (Phase::Submitting, None) };
     let held = held.map(|f| f(&job));
     let batch = match gather {
@@ -429,7 +430,7 @@ mod tests {
 
     fn check_attempts(c: &mut Connection) {
         let claim = |c: &mut Connection, dir: &str, p: &str| {
-            let (p, b, j) = claim_attempt(c, dir, p, "[ ]", None, None).unwrap();
+            let (p, b, j) = claim_attempt(c, dir, p, "[ ]", None, None, "").unwrap();
             assert_eq!(b, j, "no gathering: a batch of its own");
             (p, j)
         };
@@ -445,7 +446,7 @@ mod tests {
         let (_, b2) = claim(c, "dir", "k");
         assert_eq!(b2, "blah#dir#2");
         // Held at once: final; the next submit is a new attempt.
-        let (_, _, b3) = claim_attempt(c, "held", "k", "[ ]", Some(&|b: &str| format!("[ B = \"{b}\" ]")), None).unwrap();
+        let (_, _, b3) = claim_attempt(c, "held", "k", "[ ]", Some(&|b: &str| format!("[ B = \"{b}\" ]")), None, "").unwrap();
         let r = load(c, &b3).unwrap().unwrap();
         assert_eq!((r.phase, r.status, r.final_ad.as_deref()), (Phase::Final, Some(5), Some("[ B = \"blah#held#1\" ]")));
         assert_eq!(claim(c, "held", "k").1, "blah#held#2");
@@ -458,7 +459,7 @@ mod tests {
     fn ended_jobs_are_forgotten_and_their_names_never_come_back() {
         let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
         db.with_conn(|c| {
-            let claim = |c: &mut Connection, dir: &str| claim_attempt(c, dir, "k", "[ A = 1 ]", None, None).unwrap().2;
+            let claim = |c: &mut Connection, dir: &str| claim_attempt(c, dir, "k", "[ A = 1 ]", None, None, "").unwrap().2;
             let age = |c: &mut Connection, job: &str, secs: f64| {
                 c.execute("UPDATE blah_jobs SET updated = ?2 WHERE batch = ?1", params![job, unix_now() - secs]).unwrap();
             };
@@ -537,7 +538,7 @@ mod tests {
         after
             .with_conn(|c| {
                 assert_eq!(forgotten_attempts(c)?, 4);
-                assert_eq!(claim_attempt(c, "other", "k", "[ ]", None, None)?.2, "blah#other#5");
+                assert_eq!(claim_attempt(c, "other", "k", "[ ]", None, None, "")?.2, "blah#other#5");
                 Ok(())
             })
             .unwrap();
@@ -548,7 +549,7 @@ mod tests {
         let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
         let g = Gathering::new(Duration::from_secs(3600), 3);
         db.with_conn(|c| {
-            let mut claim = |dir: &str, key: &str| claim_attempt(c, dir, "k", "[ ]", None, Some((&g, key))).unwrap();
+            let mut claim = |dir: &str, key: &str| claim_attempt(c, dir, "k", "[ ]", None, Some((&g, key)), "").unwrap();
             let (_, b, j) = claim("a", "app1");
             assert_eq!((b.as_str(), j.as_str()), ("blah#a#1", "blah#a#1"), "named after its first job");
             assert_eq!(claim("b", "app1").1, "blah#a#1");
@@ -566,10 +567,10 @@ mod tests {
             assert_eq!(members, ["blah#a#1", "blah#b#1"], "cancelled members stay out");
             assert_eq!(load(c, "blah#b#1")?.unwrap().boinc_batch, "blah#a#1");
             // Closed: the next job of its key opens a new batch.
-            let (_, _, e) = claim_attempt(c, "e", "k", "[ ]", None, Some((&g, "app1")))?;
+            let (_, _, e) = claim_attempt(c, "e", "k", "[ ]", None, Some((&g, "app1")), "")?;
             assert_eq!(load(c, &e)?.unwrap().boinc_batch, "blah#d#1", "the open one of the key");
             close_batch(c, &g, "blah#d#1")?;
-            let (_, b, _) = claim_attempt(c, "f", "k", "[ ]", None, Some((&g, "app1")))?;
+            let (_, b, _) = claim_attempt(c, "f", "k", "[ ]", None, Some((&g, "app1")), "")?;
             assert_eq!(b, "blah#f#1");
             // Needed while a member is active or undelivered; not once all went out.
             assert!(batch_needed(c, "blah#a#1")?);

@@ -18,7 +18,7 @@ use crate::project::batch_monitor::{BatchMonitor, Query};
 use crate::project::output_fetcher::{Fetch, OutputFetcher};
 use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::submit_pipeline::{CompactBatch, RunPipeline, SubmitPipeline, SUBMIT_BATCHES_AT_ONCE};
-use crate::project::templates::TemplatesCache;
+use crate::project::templates::templates_of;
 use crate::project::ProjectKey;
 use crate::sequences::relocator::{PoolLink, SequenceRelocator};
 use crate::state_db::StateDb;
@@ -32,8 +32,6 @@ pub struct ProjectTree {
     fetcher: Addr<OutputFetcher>,
     sequences: Addr<SequenceRelocator>,
     db: StateDb,
-    /// One get_templates per app per period, however many submits.
-    templates: TemplatesCache,
     /// Permits to build and send a submit_batch (see `SUBMIT_BATCHES_AT_ONCE`).
     submit_slots: Arc<tokio::sync::Semaphore>,
 }
@@ -46,7 +44,7 @@ impl ProjectTree {
         // Starting the tree resumes the account's sequences (after a restart).
         let sequences = SequenceRelocator::new(key.clone(), config.clone(), rpc.clone(), stager.clone(), db.clone(), pools).start();
         let submit_slots = Arc::new(tokio::sync::Semaphore::new(SUBMIT_BATCHES_AT_ONCE));
-        ProjectTree { key, config, stager, rpc, monitor, fetcher, sequences, db, templates: TemplatesCache::default(), submit_slots }
+        ProjectTree { key, config, stager, rpc, monitor, fetcher, sequences, db, submit_slots }
     }
 }
 
@@ -99,7 +97,8 @@ impl Handler<Run> for ProjectTree {
                 };
                 // For the log lines of a failure (`<batch>_<k>` names: none kept).
                 let job_names = batch.names().clone();
-                let templates = self.templates.get(&rpc, &self.key.authenticator, &batch.app_name, deadline);
+                // One get_templates per app per period, however many submits.
+                let templates = templates_of(&self.key, &rpc, &batch.app_name, deadline);
                 let pipeline =
                     SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), self.db.clone(), batch, deadline)
                         .with_shared_templates(templates)

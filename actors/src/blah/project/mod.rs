@@ -50,7 +50,7 @@ use crate::config::DaemonConfig;
 use crate::file_stager::FileStager;
 use crate::project::rpc::{RpcClient, RpcError};
 use crate::project::submit_pipeline::{SubmitError, PROJECT_DOWN};
-use crate::project::templates::{TemplatesCache, TemplatesCall};
+use crate::project::templates::TemplatesCall;
 use crate::project::tree::{ClientOf, SequencesOf};
 use crate::project::ProjectKey;
 use crate::projects::{Projects, TreeOf};
@@ -112,7 +112,6 @@ pub struct BlahProject {
     jobs: HashMap<String, Job>,
     /// The BOINC batch names of `jobs`, one copy each.
     batch_names: BatchNames,
-    templates: TemplatesCache,
     /// Batches gathering jobs or being submitted.
     submitting: HashSet<String>,
     /// Batches being retired by this daemon.
@@ -315,7 +314,6 @@ impl BlahProject {
             sequences: None,
             jobs: HashMap::new(),
             batch_names: BatchNames::default(),
-            templates: TemplatesCache::default(),
             submitting: HashSet::new(),
             retired_batches: HashSet::new(),
             batch_ids: HashMap::new(),

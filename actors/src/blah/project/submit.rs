@@ -28,7 +28,7 @@ impl BlahProject {
     pub(super) fn templates(&mut self, app: &str) -> Option<TemplatesCall> {
         let rpc = self.rpc.clone()?;
         let deadline = Instant::now() + self.config.command_timeout;
-        Some(self.templates.get(&rpc, &self.key.authenticator, app, deadline))
+        Some(crate::project::templates::templates_of(&self.key, &rpc, app, deadline))
     }
 
     /// Closes a gathering batch and submits its members in the background:

@@ -1,0 +1,371 @@
+//! Files over the connection: `boinc_gahp connect` sends a request's
+//! local inputs to `boinc_gahp serve` and brings the outputs back to the
+//! local paths asked for, in both dialects; the real binaries over TLS
+//! against the simulated project.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use gahp_protocol::classad::{ClassAd, Value};
+use gahp_protocol::gahp::BlahCommand;
+use sha2::{Digest, Sha256};
+
+struct Serve {
+    child: Child,
+    port: u16,
+    state: PathBuf,
+    ca: PathBuf,
+    log: PathBuf,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_boinc_gahp"))
+}
+
+/// `token add NAME` for the sim's project; returns the token file's path.
+fn add_client(dir: &Path, tokens: &Path, sim: &Sim, name: &str) -> PathBuf {
+    let auth = dir.join(format!("{name}.auth"));
+    std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
+    let out = Command::new(exe())
+        .args(["token", "add", name, "--tokens", tokens.to_str().unwrap(), "--project"])
+        .arg(format!("{}={}", sim.url, auth.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let file = dir.join(format!("{name}.token"));
+    std::fs::write(&file, &out.stdout).unwrap();
+    file
+}
+
+/// A serve over `dir`'s state (so a second call is a restart), with a
+/// certificate for 127.0.0.1 made on the first.
+fn serve(dir: &Path, tokens: &Path, extra: &[&str]) -> Serve {
+    let (ca, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    if !ca.exists() {
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        std::fs::write(&ca, cert.cert.pem()).unwrap();
+        std::fs::write(&key, cert.key_pair.serialize_pem()).unwrap();
+    }
+    let state = dir.join("serve-state");
+    let log = dir.join("serve-log");
+    std::fs::create_dir_all(&log).unwrap();
+    let mut cmd = Command::new(exe());
+    cmd.args(["--state-dir", state.to_str().unwrap(), "--log-file", log.join("gahp.log").to_str().unwrap(), "--retry-base-ms", "20"]);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens", tokens.to_str().unwrap()]);
+    cmd.args(["--tls-cert", ca.to_str().unwrap(), "--tls-key", key.to_str().unwrap()]);
+    cmd.args(extra).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no port in {line:?}"));
+    Serve { child, port, state, ca, log }
+}
+
+impl Serve {
+    fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A GAHP client through `boinc_gahp connect`, started in `cwd`.
+    fn connect(&self, token_file: &Path, cwd: &Path) -> GahpClient {
+        let (addr, ca) = (self.addr(), self.ca.to_str().unwrap().to_string());
+        let args = ["connect", addr.as_str(), "--token-file", token_file.to_str().unwrap(), "--ca", ca.as_str()];
+        GahpClient::spawn(exe(), &args, &[], cwd).expect("connect reads the banner")
+    }
+
+    /// The file protocol's directory in a client's area.
+    fn transfer(&self, client: &str) -> PathBuf {
+        self.state.join("clients").join(client).join("files").join(".transfer")
+    }
+
+    fn uploads_stored(&self) -> usize {
+        log_text(&self.log).matches("stored an uploaded input").count()
+    }
+}
+
+/// The name of a job's fetch directory in the area (as `connect` makes it).
+fn job_key(job: &str) -> String {
+    Sha256::digest(job.as_bytes()).iter().map(|b| format!("{b:02x}")).collect::<String>()[..32].to_string()
+}
+
+fn fetch(job: &str, dir: &Path, dst: &str) -> AsyncCommand {
+    AsyncCommand::FetchOutput(FetchOutput {
+        job_name: job.into(),
+        dir: dir.to_path_buf(),
+        stderr_file: "/dev/null".into(),
+        mode: FetchMode::Some,
+        specs: vec![OutputSpec { src: "out".into(), dst: dst.into() }],
+    })
+}
+
+/// A raw TLS connection that has sent `AUTH` and `FILES 1` and read the
+/// banner; `answer` reads the next `FILES` line.
+struct Raw {
+    tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+}
+
+impl Raw {
+    fn open(s: &Serve, token_file: &Path) -> Raw {
+        let mut roots = rustls::RootCertStore::empty();
+        let pem = std::fs::read(&s.ca).unwrap();
+        for c in rustls_pemfile::certs(&mut pem.as_slice()) {
+            roots.add(c.unwrap()).unwrap();
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let tcp = TcpStream::connect(s.addr()).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut raw = Raw { tls: rustls::StreamOwned::new(rustls::ClientConnection::new(Arc::new(config), name).unwrap(), tcp) };
+        let token = std::fs::read_to_string(token_file).unwrap();
+        raw.send(&format!("AUTH {}\r\n", token.trim()));
+        assert_eq!(raw.line(), "S");
+        assert!(raw.line().starts_with("$GahpVersion"));
+        raw.send("FILES 1\n");
+        assert_eq!(raw.line(), "FILES S");
+        raw
+    }
+
+    fn send(&mut self, text: &str) {
+        self.tls.write_all(text.as_bytes()).unwrap();
+        self.tls.flush().unwrap();
+    }
+
+    fn line(&mut self) -> String {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while self.tls.read(&mut b).unwrap() == 1 && b[0] != b'\n' {
+            line.push(b[0]);
+        }
+        String::from_utf8_lossy(&line).trim_end().to_string()
+    }
+
+    /// `GET`: the file's bytes, or the refusal line.
+    fn get(&mut self, path: &str) -> Result<Vec<u8>, String> {
+        self.send(&format!("GET {}\n", path.replace(' ', "\\ ")));
+        let line = self.line();
+        let size: usize = line.strip_prefix("FILES S ").ok_or(line.clone())?.parse().unwrap();
+        let mut bytes = vec![0u8; size];
+        self.tls.read_exact(&mut bytes).unwrap();
+        Ok(bytes)
+    }
+}
+
+fn eventually(what: &str, mut ok: impl FnMut() -> bool) {
+    let until = Instant::now() + WAIT;
+    while !ok() {
+        assert!(Instant::now() < until, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn boinc_inputs_go_up_once_and_outputs_land_at_the_local_paths_asked_for_until_retire() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let s = serve(dir.path(), &tokens, &[]);
+
+    // The inputs are on the first tier only, one with a space in its name.
+    let local = dir.path().join("first tier");
+    std::fs::create_dir_all(local.join("outs")).unwrap();
+    std::fs::write(local.join("in one.txt"), "hello one\n").unwrap();
+    std::fs::write(local.join("b.txt"), "hello b\n").unwrap();
+    let mut a = s.connect(&alice, &local);
+    assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
+    // Two jobs name the same file; the relative path is the connect's.
+    let files = [PathBuf::from("in one.txt"), PathBuf::from("in one.txt"), local.join("b.txt")];
+    let r = a.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("b1", &files))), WAIT).unwrap();
+    assert_eq!(r, ["NULL"]);
+    assert_eq!(s.uploads_stored(), 2, "each content went up once");
+    let jobs = wait_finished(&mut a, "b1");
+    assert!(jobs.iter().all(|(_, st)| st == "DONE"), "{jobs:?}");
+
+    let outs = local.join("outs");
+    for (i, want) in [(0, "HELLO ONE\n"), (2, "HELLO B\n")] {
+        let dst = format!("got {i}.txt");
+        let r = a.call(|id| async_cmd(id, fetch(&format!("b1#{i}.0"), &outs, &dst)), WAIT).unwrap();
+        assert_eq!(r[0], "NULL", "{r:?}");
+        assert_eq!(std::fs::read_to_string(outs.join(&dst)).unwrap(), want);
+    }
+    // A destination that can't be written: the result says so.
+    let r = a.call(|id| async_cmd(id, fetch("b1#1.0", &outs, "no/such/dir/x")), WAIT).unwrap();
+    assert!(r[0].contains("can't write"), "{r:?}");
+
+    // A second batch of the same content sends nothing.
+    let r = a.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("b2", &files[..1]))), WAIT).unwrap();
+    assert_eq!(r, ["NULL"]);
+    assert_eq!(s.uploads_stored(), 2, "the server had it");
+    assert_eq!(sim.batches_named("alice~b2").len(), 1);
+
+    // An input that is not there: refused here, nothing reaches the server.
+    let id = a.reqid();
+    let bad = uppercase_batch("b3", &[local.join("missing.txt")]);
+    assert_eq!(a.command(&async_cmd(id, AsyncCommand::Submit(bad))).unwrap(), ["E"]);
+    assert!(sim.batches_named("alice~b3").is_empty());
+
+    // The outputs wait in the area until the batch is retired.
+    let out0 = s.transfer("alice").join("out").join(job_key("b1#0.0"));
+    assert!(out0.join("out").exists() || out0.read_dir().unwrap().next().is_some(), "{}", out0.display());
+    let r = a.call(|id| async_cmd(id, AsyncCommand::RetireBatch { batch: "b1".into() }), WAIT).unwrap();
+    assert_eq!(r, ["NULL"]);
+    assert!(!out0.exists(), "retire deleted the outputs");
+    assert!(!s.transfer("alice").join("out").join(job_key("b1#2.0")).exists());
+}
+
+#[test]
+fn the_file_protocol_keeps_to_the_area_and_outputs_survive_a_disconnect_and_a_restart_until_the_retention() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let mut s = serve(dir.path(), &tokens, &[]);
+    let local = dir.path().join("local");
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::write(local.join("x"), "survive\n").unwrap();
+
+    // Paths outside the area are refused, and so is content that is not
+    // what was announced.
+    let mut raw = Raw::open(&s, &alice);
+    for path in ["../../../tokens.toml", "/etc/passwd", ".transfer/../../bob/files/x"] {
+        let e = raw.get(path).unwrap_err();
+        assert!(e.starts_with("FILES E "), "{path}: {e}");
+    }
+    let sha: String = Sha256::digest(b"abc").iter().map(|b| format!("{b:02x}")).collect();
+    raw.send(&format!("PUT {sha} 3\nabd"));
+    assert!(raw.line().starts_with("FILES E the\\ content's\\ SHA-256"), "a wrong digest is refused");
+    raw.send(&format!("HAVE {sha} 3\n"));
+    assert!(raw.line().starts_with("FILES E"), "nothing was kept of it");
+    raw.send(&format!("PUT {sha} 3\nabc"));
+    assert_eq!(raw.line(), "FILES S");
+    raw.send(&format!("STAGE {sha} ../../escape\n"));
+    assert!(raw.line().starts_with("FILES E"));
+    assert!(!s.state.join("clients/escape").exists() && !s.state.join("clients/alice/escape").exists());
+    drop(raw);
+
+    let mut a = s.connect(&alice, &local);
+    assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
+    let r = a.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("b1", &[PathBuf::from("x")]))), WAIT).unwrap();
+    assert_eq!(r, ["NULL"]);
+    wait_finished(&mut a, "b1");
+    // The client goes away as soon as its fetch is accepted.
+    let id = a.reqid();
+    a.submit_async(&async_cmd(id, fetch("b1#0.0", &local, "got.txt"))).unwrap();
+    a.kill();
+    // Renamed in the area as it is to be here: the first spec's, `.r0`.
+    let fetched = s.transfer("alice").join("out").join(job_key("b1#0.0")).join(".r0");
+    eventually("the server fetched the output", || fetched.exists());
+    assert!(!local.join("got.txt").exists());
+
+    // Restarted, the server still has it for its owner.
+    drop(s);
+    s = serve(dir.path(), &tokens, &[]);
+    let mut raw = Raw::open(&s, &alice);
+    let at = format!(".transfer/out/{}/.r0", job_key("b1#0.0"));
+    assert_eq!(raw.get(&at).unwrap(), b"SURVIVE\n");
+    drop(raw);
+
+    // After the retention it is gone.
+    drop(s);
+    let s = serve(dir.path(), &tokens, &["--keep-files-days", "0.00002"]);
+    eventually("the retention deleted it", || !fetched.exists());
+    assert!(!s.transfer("alice").join("in").read_dir().unwrap().any(|_| true), "inputs too");
+}
+
+fn str_value(v: &str) -> Value {
+    Value::Str(v.into())
+}
+
+/// A BLAH command through the client; its result's fields after the id.
+fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
+    g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, WAIT).unwrap()
+}
+
+fn rpc_total(sim: &Sim) -> u64 {
+    sim.state()["rpc_counts"].as_object().unwrap().values().map(|v| v.as_u64().unwrap_or(0)).sum()
+}
+
+#[test]
+fn a_blah_job_through_connect_gets_its_inputs_there_and_its_outputs_back_and_unknown_ids_cost_no_rpc() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let s = serve(dir.path(), &tokens, &[]);
+
+    // As the gridmanager sends it: absolute local paths, the GAHP: prefix.
+    let iwd = dir.path().join("submit dir");
+    std::fs::create_dir_all(&iwd).unwrap();
+    std::fs::write(iwd.join("input.txt"), "b a b\nc b\n").unwrap();
+    let mut g = s.connect(&alice, dir.path());
+    assert_eq!(g.set_prefix("GAHP:").unwrap(), ["S"]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    let job_dir = "home_bl_127.0.0.1_9618_vm_7.0_1795253890";
+    let ad: ClassAd = gahp_testkit::blah_job_ad(
+        &iwd,
+        job_dir,
+        &[
+            ("Out", str_value("job.out")),
+            ("Err", str_value(&iwd.join("job.err").display().to_string())),
+            ("TransferInput", str_value(&iwd.join("input.txt").display().to_string())),
+            ("TransferOutput", str_value("counts,summary")),
+            ("TransferOutputRemaps", str_value("summary=summary.txt")),
+            ("BoincApp", str_value("wordcount")),
+        ],
+    );
+    let r = blah(&mut g, BlahCommand::JobSubmit { ad });
+    assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+    let id = r[2].clone();
+    assert!(id.ends_with(&format!("/blah#{job_dir}#1")), "the client sees its id without the prefix: {id}");
+    let until = Instant::now() + WAIT;
+    let last = loop {
+        let r = blah(&mut g, BlahCommand::JobStatus { job_id: id.clone() });
+        if r[0] == "0" && r[2] != "1" && r[2] != "2" {
+            break r;
+        }
+        assert!(Instant::now() < until, "not completed: {r:?}");
+        std::thread::sleep(Duration::from_millis(150));
+    };
+    assert_eq!(last[2], "4", "{last:?}");
+    // The files are here before the gridmanager reads status 4.
+    assert_eq!(std::fs::read_to_string(iwd.join("counts")).unwrap(), "a 1\nb 3\nc 1\n");
+    assert!(!std::fs::read_to_string(iwd.join("summary.txt")).unwrap().is_empty());
+    assert!(!iwd.join("summary").exists(), "remapped");
+    assert!(iwd.join("job.out").exists() && iwd.join("job.err").exists());
+    // On the project its BOINC names are the client's.
+    let boinc = format!("alice~blah#{job_dir}#1");
+    assert_eq!(sim.batches_named(&boinc).len(), 1, "{boinc}");
+    eventually("the batch is retired", || sim.batches_named(&boinc)[0]["state"].as_i64() == Some(4));
+
+    // Ids this client has no job of: answered without asking the project.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = rpc_total(&sim);
+    eprintln!("before: {}", sim.state()["rpc_counts"]);
+    let key = id.strip_prefix("boinc/").unwrap().split('/').next().unwrap().to_string();
+    for other in [format!("boinc/{key}/blah#home_bl_other_1.0_1#1"), format!("boinc/{key}/bob~blah#x#1")] {
+        let r = blah(&mut g, BlahCommand::JobStatus { job_id: other.clone() });
+        assert_eq!((r[0].as_str(), r[2].as_str(), r[3].as_str()), ("1", "0", "N/A"), "{other}: {r:?}");
+        assert_eq!(blah(&mut g, BlahCommand::JobCancel { job_id: other.clone() })[0], "0");
+    }
+    assert_eq!(rpc_total(&sim), before, "no RPC for ids the client has no job of: {}", sim.state()["rpc_counts"]);
+    // Its own completed job is still answered.
+    assert_eq!(blah(&mut g, BlahCommand::JobStatus { job_id: id })[2], "4");
+}
