@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use gahp_actors::project::submit_pipeline::CompactBatch;
 use gahp_protocol::boinc::{reply, request, SubmitJob, SubmitParams};
 use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::reply::BatchesEncoder;
@@ -91,7 +92,15 @@ fn daemon(dir: &Path, sim: &SimProcess, config: Option<&Path>) -> GahpClient {
     if let Some(c) = config {
         args.extend(["--config", c.to_str().unwrap()]);
     }
-    let mut g = GahpClient::spawn(Path::new(env!("CARGO_BIN_EXE_boinc_gahp")), &args, &[], dir).expect("boinc_gahp starts");
+    // MEMORY_BENCH_WRAP=heaptrack runs the daemon under a heap profiler
+    // (its RSS numbers are then the wrapper's, not the daemon's).
+    let exe = env!("CARGO_BIN_EXE_boinc_gahp");
+    let wrap = std::env::var("MEMORY_BENCH_WRAP").ok();
+    if wrap.is_some() {
+        args.insert(0, exe);
+    }
+    let program = wrap.as_deref().unwrap_or(exe);
+    let mut g = GahpClient::spawn(Path::new(program), &args, &[], dir).expect("boinc_gahp starts");
     g.command_line(b"ASYNC_MODE_ON").unwrap();
     g.command(&sim.select()).unwrap();
     g
@@ -248,11 +257,19 @@ fn submit_steps(input: &Path) {
     let jobs: Vec<SubmitJob> = b.jobs.iter().map(|j| SubmitJob { name: &j.name, args: &j.args, files: vec![phys.as_str()] }).collect();
     let auth = Authenticator::new("0123456789abcdef0123456789abcdef");
     let xml = request::submit_batch(&auth, 1, &b.app_name, &SubmitParams::default(), &jobs);
+    drop(jobs);
+    // What a submit is kept as from the project's tree on, while it waits
+    // for a permit and while its pipeline runs.
+    let (compact, compact_bytes, _) = held(|| CompactBatch::quoting_args(b.clone()).unwrap());
     println!(
-        "one {BATCH}-job BOINC_SUBMIT: {:.2} MB request line, {:.2} MB parsed ({:.0} B/job); its submit_batch request {:.2} MB ({:.0} B/job)",
+        "one {BATCH}-job BOINC_SUBMIT: {:.2} MB request line, {:.2} MB parsed ({:.0} B/job), kept as {:.3} MB ({:.1} B/job, {:.0} B counted by the batch itself); \
+         its submit_batch request {:.2} MB ({:.0} B/job)",
         mb(line.len()),
         mb(parsed),
         parsed as f64 / BATCH as f64,
+        mb(compact_bytes),
+        compact_bytes as f64 / BATCH as f64,
+        compact.heap_bytes(),
         mb(xml.len()),
         xml.len() as f64 / BATCH as f64
     );
@@ -360,6 +377,7 @@ fn boinc_submits_at_once(jobs: usize) {
         t.elapsed().as_secs_f64(),
         peak * 1048576.0 / jobs as f64
     );
+    println!("rss_point at_once {jobs} {peak:.1}");
 }
 
 /// `n` BLAH_JOB_SUBMITs in flight at once, each job with its own input:

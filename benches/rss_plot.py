@@ -10,8 +10,12 @@ Standard library only; log scale on the jobs axis."""
 import math
 import sys
 
-COLORS = {"boinc": "#1f77b4", "blah": "#d62728"}
-LABELS = {"boinc": "BOINC_* front end", "blah": "batch boinc (BLAH) front end"}
+COLORS = {"boinc": "#1f77b4", "blah": "#d62728", "at_once": "#2ca02c"}
+LABELS = {
+    "boinc": "BOINC_* front end",
+    "blah": "batch boinc (BLAH) front end",
+    "at_once": "BOINC_*, the 100 submits sent at once",
+}
 
 
 def main():

@@ -391,6 +391,13 @@ impl Handler<BlahDispatch> for BlahJobs {
             _ => None,
         };
         let work = self.work(&command, ctx);
+        // The task keeps only the command's kind, for a failure's shape: a
+        // submit's parsed ad is about 1 KB, held by each of 100,000
+        // submits waiting for the state database.
+        let command = match command {
+            BlahCommand::JobSubmit { .. } => BlahCommand::JobSubmit { ad: ClassAd::default() },
+            other => other,
+        };
         let queue = self.queue.clone();
         // A task of its own, not a future in this actor's context (which
         // actix polls whenever any of them wakes: O(in flight) each).

@@ -319,6 +319,13 @@ pub fn load(c: &mut Connection, job: &str) -> rusqlite::Result<Option<JobRecord>
     c.prepare_cached(&format!("{SELECT_JOB} WHERE batch = ?1"))?.query_row([job], job_record).optional()
 }
 
+/// The recorded submit ads of `jobs`, in order (None: no record, or one
+/// that keeps no ad). A job in memory keeps its ad here only.
+pub fn load_ads(c: &mut Connection, jobs: &[String]) -> rusqlite::Result<Vec<Option<String>>> {
+    let mut q = c.prepare_cached("SELECT ad FROM blah_jobs WHERE batch = ?1")?;
+    jobs.iter().map(|j| Ok(q.query_row([j], |r| r.get::<_, String>(0)).optional()?.filter(|ad| !ad.is_empty()))).collect()
+}
+
 /// Moves a job on; a cancelled job stays cancelled (a late submission or
 /// delivery must not revive it).
 pub fn set_phase(c: &mut Connection, batch: &str, phase: Phase, status: Option<i32>, final_ad: Option<String>) -> rusqlite::Result<()> {

@@ -154,11 +154,12 @@ pub trait Rpc {
     /// Safe to repeat: retried on transient failures until `deadline`.
     async fn idempotent<T: Send + 'static>(&self, script: Script, xml: String, parse: Parse<T>, deadline: Instant) -> Result<T, RpcError>;
     /// May have acted even when its reply is lost: one attempt; the caller
-    /// asks the server what happened before trying again.
+    /// asks the server what happened before trying again. `xml` may be
+    /// shared `Bytes` (a request kept for a retry is not copied per attempt).
     async fn once<T: Send + 'static>(
         &self,
         script: Script,
-        xml: String,
+        xml: impl Into<Bytes>,
         attachments: Vec<Attachment>,
         parse: Parse<T>,
         deadline: Instant,
@@ -185,7 +186,7 @@ impl Rpc for Addr<RpcClient> {
     async fn once<T: Send + 'static>(
         &self,
         script: Script,
-        xml: String,
+        xml: impl Into<Bytes>,
         attachments: Vec<Attachment>,
         parse: Parse<T>,
         deadline: Instant,

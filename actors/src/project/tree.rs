@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{command_line, reply, request, Script};
+use gahp_protocol::boinc::{reply, request, Script};
 use gahp_protocol::gahp::error_text::{one_line, MAX_HOLD_REASON};
 use gahp_protocol::gahp::{AsyncCommand, CommandResult};
 
@@ -17,7 +17,7 @@ use crate::file_stager::FileStager;
 use crate::project::batch_monitor::{BatchMonitor, Query};
 use crate::project::output_fetcher::{Fetch, OutputFetcher};
 use crate::project::rpc::{Rpc, RpcClient};
-use crate::project::submit_pipeline::{RunPipeline, SubmitPipeline};
+use crate::project::submit_pipeline::{CompactBatch, RunPipeline, SubmitPipeline, SUBMIT_BATCHES_AT_ONCE};
 use crate::project::templates::templates_of;
 use crate::project::ProjectKey;
 use crate::sequences::relocator::{PoolLink, SequenceRelocator};
@@ -32,6 +32,8 @@ pub struct ProjectTree {
     fetcher: Addr<OutputFetcher>,
     sequences: Addr<SequenceRelocator>,
     db: StateDb,
+    /// Permits to build and send a submit_batch (see `SUBMIT_BATCHES_AT_ONCE`).
+    submit_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl ProjectTree {
@@ -41,7 +43,8 @@ impl ProjectTree {
         let fetcher = OutputFetcher::new(key.clone(), rpc.clone()).start();
         // Starting the tree resumes the account's sequences (after a restart).
         let sequences = SequenceRelocator::new(key.clone(), config.clone(), rpc.clone(), stager.clone(), db.clone(), pools).start();
-        ProjectTree { key, config, stager, rpc, monitor, fetcher, sequences, db }
+        let submit_slots = Arc::new(tokio::sync::Semaphore::new(SUBMIT_BATCHES_AT_ONCE));
+        ProjectTree { key, config, stager, rpc, monitor, fetcher, sequences, db, submit_slots }
     }
 }
 
@@ -79,26 +82,27 @@ impl Handler<Run> for ProjectTree {
                     )
                 })
             }
-            AsyncCommand::Submit(mut batch) => {
-                // Arguments as BOINC can carry them; refused before anything is created.
-                for job in &mut batch.jobs {
-                    match command_line::quote_args(&job.args) {
-                        Ok(words) => job.args = words,
-                        Err(e) => {
-                            let msg = auth.redact_in(&format!("error submitting jobs: job {}: {e}", job.name));
-                            log_failed_jobs(&batch.batch_name, batch.jobs.iter().map(|j| j.name.as_str()), &msg);
-                            return Box::pin(async move { CommandResult::Error(msg) });
-                        }
-                    }
-                }
+            AsyncCommand::Submit(batch) => {
+                // Kept compactly from here on (names as `<batch>_<k>`,
+                // shared argument and input lists), arguments as BOINC can
+                // carry them; refused before anything is created.
                 let batch_name = batch.batch_name.clone();
-                // For the log lines of a failure: one buffer, not a String a job.
-                let job_names = JobNames::of(batch.jobs.iter().map(|j| j.name.as_str()));
+                let batch = match CompactBatch::quoting_args(batch) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let msg = auth.redact_in(&format!("error submitting jobs: {e}"));
+                        log_failed_jobs(&batch_name, e.names.iter(), &msg);
+                        return Box::pin(async move { CommandResult::Error(msg) });
+                    }
+                };
+                // For the log lines of a failure (`<batch>_<k>` names: none kept).
+                let job_names = batch.names().clone();
                 // One get_templates per app per period, however many submits.
                 let templates = templates_of(&self.key, &rpc, &batch.app_name, deadline);
                 let pipeline =
                     SubmitPipeline::new(self.key.clone(), self.config.clone(), rpc, self.stager.clone(), self.db.clone(), batch, deadline)
                         .with_shared_templates(templates)
+                        .with_submit_slots(self.submit_slots.clone())
                         .start();
                 Box::pin(async move {
                     // The edge: the typed error becomes the result's text here.
@@ -225,34 +229,11 @@ fn condor_job_of(job_name: &str) -> &str {
     }
 }
 
-/// Job names in one buffer (a 10,000-job batch's names as 10,000
-/// `String`s are about 56 bytes a job; here, the name and 4).
-struct JobNames {
-    text: String,
-    ends: Vec<u32>,
-}
-
-impl JobNames {
-    fn of<'a>(names: impl Iterator<Item = &'a str>) -> Self {
-        let mut out = JobNames { text: String::new(), ends: Vec::new() };
-        for name in names {
-            out.text.push_str(name);
-            // A request line is at most MAX_LINE (256 MiB) long.
-            out.ends.push(u32::try_from(out.text.len()).unwrap_or(u32::MAX));
-        }
-        out
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &str> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts.zip(self.ends.iter().copied()).map(|(a, b)| self.text.get(a as usize..b as usize).unwrap_or(""))
-    }
-}
-
 /// One log line per job of a batch whose submission failed: the
 /// gridmanager holds each of them with `reason`.
-fn log_failed_jobs<'a>(batch: &str, jobs: impl Iterator<Item = &'a str>, reason: &str) {
+fn log_failed_jobs(batch: &str, jobs: impl Iterator<Item = impl AsRef<str>>, reason: &str) {
     for job in jobs {
+        let job = job.as_ref();
         tracing::warn!(condor_job = %condor_job_of(job), boinc_batch = %batch, boinc_job = %job, "submission failed: {reason}");
     }
 }
@@ -260,12 +241,6 @@ fn log_failed_jobs<'a>(batch: &str, jobs: impl Iterator<Item = &'a str>, reason:
 #[cfg(test)]
 mod condor_job_tests {
     use super::condor_job_of;
-
-    #[test]
-    fn job_names_come_back_as_they_went_in() {
-        let names = ["a_1", "", "condor#s#w#1#2.0", "é"];
-        assert!(super::JobNames::of(names.into_iter()).iter().eq(names));
-    }
 
     #[test]
     fn the_condor_job_id_is_the_last_field_of_a_gridmanager_job_name() {

@@ -65,19 +65,41 @@ pub fn query_batches(auth: &Authenticator) -> String {
 ///
 /// Built for 100,000 jobs: one pre-sized String, nothing allocated per job.
 pub fn submit_batch(auth: &Authenticator, batch_id: i64, app: &str, params: &SubmitParams, jobs: &[SubmitJob]) -> String {
+    submit_batch_each(auth, batch_id, app, params, jobs.len(), |i, name| {
+        let job = &jobs[i];
+        name.push_str(job.name);
+        (job.args, &job.files)
+    })
+}
+
+/// [`submit_batch`] of `count` jobs given one at a time: `job(i, name)`
+/// appends job `i`'s name to `name` (emptied before each call) and returns
+/// its arguments and the physical names of its input files. A caller that
+/// keeps its jobs compactly (names as `<batch>_<k>`, argument and file
+/// lists shared) needs no per-job structure to build the request.
+pub fn submit_batch_each<'a>(
+    auth: &Authenticator,
+    batch_id: i64,
+    app: &str,
+    params: &SubmitParams,
+    count: usize,
+    job: impl Fn(usize, &mut String) -> (&'a [String], &'a [&'a str]),
+) -> String {
     const JOB: usize = "<job>\n  <name></name>\n</job>\n".len();
     const COMMAND_LINE: usize = "<command_line></command_line>\n".len();
     const FILE: usize = "<input_file>\n<mode>local_staged</mode>\n<source></source>\n</input_file>\n".len();
+    let mut name = String::new();
     // Exact but for escaping, which only grows the String in rare cases.
-    let size: usize = jobs
-        .iter()
-        .map(|job| {
-            let files: usize = job.files.iter().map(|f| FILE + f.len()).sum();
-            let args = match job.args.len() {
+    let size: usize = (0..count)
+        .map(|i| {
+            name.clear();
+            let (args, files) = job(i, &mut name);
+            let files: usize = files.iter().map(|f| FILE + f.len()).sum();
+            let args = match args.len() {
                 0 => 0,
-                n => COMMAND_LINE + n - 1 + job.args.iter().map(String::len).sum::<usize>(),
+                n => COMMAND_LINE + n - 1 + args.iter().map(String::len).sum::<usize>(),
             };
-            JOB + job.name.len() + args + files
+            JOB + name.len() + args + files
         })
         .sum();
     let mut out = open("submit_batch", 600 + app.len() + auth.expose().len() + size);
@@ -104,10 +126,12 @@ pub fn submit_batch(auth: &Authenticator, batch_id: i64, app: &str, params: &Sub
         params.rsc_memory_bound,
         params.delay_bound,
     );
-    for job in jobs {
+    for i in 0..count {
+        name.clear();
+        let (args, files) = job(i, &mut name);
         out.push_str("<job>\n");
-        element(&mut out, "  ", "name", job.name);
-        if let Some((first, rest)) = job.args.split_first() {
+        element(&mut out, "  ", "name", &name);
+        if let Some((first, rest)) = args.split_first() {
             // Single spaces, no trailing one (the C client leaves one).
             out.push_str("<command_line>");
             escape_into(&mut out, first);
@@ -117,7 +141,7 @@ pub fn submit_batch(auth: &Authenticator, batch_id: i64, app: &str, params: &Sub
             }
             out.push_str("</command_line>\n");
         }
-        for file in &job.files {
+        for file in files {
             out.push_str("<input_file>\n<mode>local_staged</mode>\n<source>");
             escape_into(&mut out, file);
             out.push_str("</source>\n</input_file>\n");

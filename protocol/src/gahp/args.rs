@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::escape::{escape_with, Nul};
 use super::reqid::ReqId;
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct InputFile {
     /// Local path (bytes as given; normally absolute).
     pub src: PathBuf,

@@ -51,7 +51,7 @@ impl BlahProject {
         };
         self.run(ctx, work, move |act, r, ctx| {
             let pending = r.is_err();
-            let batch = act.jobs.get(&job).map(|j| j.batch.clone());
+            let batch = act.jobs.get(&job).map(|j| j.batch.to_string());
             if let Err(e) = r {
                 tracing::warn!(job = %job, "the abort did not reach the project yet, retrying later: {e}");
                 act.aborts.insert(job.clone());

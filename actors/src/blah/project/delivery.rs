@@ -19,8 +19,25 @@ use crate::project::ProjectKey;
 impl BlahProject {
     /// Places a DONE job's files, then makes its status 4.
     pub(super) fn deliver(&mut self, batch: String, ctx: &mut Context<Self>) {
+        if self.rpc.is_none() || !self.claim(&batch) {
+            return;
+        }
+        self.read_ads(ctx, vec![batch], |act, ads, ctx| {
+            for (batch, ad) in ads {
+                act.deliver_with(batch, ad, ctx);
+            }
+        });
+    }
+
+    /// Marks a job busy (its submit ad is being read for it); false if it
+    /// is not in memory.
+    fn claim(&mut self, job: &str) -> bool {
+        self.jobs.get_mut(job).map(|j| j.busy = true).is_some()
+    }
+
+    fn deliver_with(&mut self, batch: String, ad: Option<ClassAd>, ctx: &mut Context<Self>) {
         let Some(rpc) = self.rpc.clone() else { return };
-        let Some(delivery) = self.delivery(&batch) else { return };
+        let Some(delivery) = self.delivery(&batch, ad) else { return };
         let (key, cfg) = (self.key.clone(), self.config.blah.clone());
         let deadline = Instant::now() + self.config.command_timeout;
         let work = async move { delivery.run(&rpc, &key, &cfg, None, deadline).await };
@@ -32,8 +49,16 @@ impl BlahProject {
     /// does not cover, or all of it if the zip can't be had, is downloaded
     /// job by job.
     pub(super) fn deliver_from_zip(&mut self, boinc_batch: String, jobs: Vec<String>, ctx: &mut Context<Self>) {
+        if self.rpc.is_none() {
+            return;
+        }
+        let jobs: Vec<String> = jobs.into_iter().filter(|j| self.claim(j)).collect();
+        self.read_ads(ctx, jobs, move |act, ads, ctx| act.deliver_from_zip_with(boinc_batch, ads, ctx));
+    }
+
+    fn deliver_from_zip_with(&mut self, boinc_batch: String, ads: Vec<(String, Option<ClassAd>)>, ctx: &mut Context<Self>) {
         let Some(rpc) = self.rpc.clone() else { return };
-        let deliveries: Vec<Delivery> = jobs.iter().filter_map(|j| self.delivery(j)).collect();
+        let deliveries: Vec<Delivery> = ads.into_iter().filter_map(|(j, ad)| self.delivery(&j, ad)).collect();
         if deliveries.is_empty() {
             return;
         }
@@ -81,11 +106,12 @@ impl BlahProject {
         });
     }
 
-    /// What delivering a DONE job needs; the job is then busy. A job
-    /// without its ad is held here (nothing says where its files go).
-    pub(super) fn delivery(&mut self, batch: &str) -> Option<Delivery> {
+    /// What delivering a DONE job needs, with its submit ad as read; the
+    /// job is then busy. A job without its ad is held here (nothing says
+    /// where its files go).
+    pub(super) fn delivery(&mut self, batch: &str, ad: Option<ClassAd>) -> Option<Delivery> {
         let job = self.jobs.get_mut(batch)?;
-        let Some(ad) = job.ad() else {
+        let Some(ad) = ad else {
             let reason = format!("{}, so its outputs have nowhere to go; condor_release the job to run it again", self.no_record());
             self.finish(batch, job_status::HELD, held_ad(batch, &reason));
             return None;
@@ -97,10 +123,21 @@ impl BlahProject {
 
     /// Finds out why an ERROR job failed: status 4 with its exit code, or 3.
     pub(super) fn resolve(&mut self, batch: String, ctx: &mut Context<Self>) {
+        if self.rpc.is_none() || !self.claim(&batch) {
+            return;
+        }
+        self.read_ads(ctx, vec![batch], |act, ads, ctx| {
+            for (batch, ad) in ads {
+                act.resolve_with(batch, ad, ctx);
+            }
+        });
+    }
+
+    fn resolve_with(&mut self, batch: String, ad: Option<ClassAd>, ctx: &mut Context<Self>) {
         let Some(rpc) = self.rpc.clone() else { return };
         let Some(job) = self.jobs.get_mut(&batch) else { return };
         job.busy = true;
-        let (key, ad, boinc_batch) = (self.key.clone(), job.ad(), job.batch.clone());
+        let (key, boinc_batch) = (self.key.clone(), job.batch.to_string());
         let deadline = Instant::now() + self.config.command_timeout;
         let b = batch.clone();
         let work = async move { resolve_error(&rpc, &key, &boinc_batch, &b, ad.as_ref(), deadline).await };

@@ -84,11 +84,11 @@ impl Handler<Delivered> for BlahProject {
     fn handle(&mut self, msg: Delivered, ctx: &mut Context<Self>) {
         let name = msg.id.job;
         let Some(job) = self.jobs.get_mut(&name) else { return };
-        if job.retired || !matches!(job.final_status, Some((job_status::REMOVED | job_status::COMPLETED, _))) {
+        if job.retired || !matches!(job.final_status.as_deref(), Some((job_status::REMOVED | job_status::COMPLETED, _))) {
             return;
         }
         job.retired = true;
-        let batch = job.batch.clone();
+        let batch = job.batch.to_string();
         let is_sequence = job.is_sequence();
         // Answered from the state database if ever asked again.
         self.jobs.remove(&name);

@@ -42,7 +42,7 @@ use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::Authenticator;
 
-use crate::blah::map::{JobId, MapError};
+use crate::blah::map::{self, JobId, MapError};
 use crate::blah::outputs::held_ad;
 use crate::blah::sequence;
 use crate::blah::store::{self, BlahStore, JobRecord, Phase};
@@ -110,6 +110,8 @@ pub struct BlahProject {
     sequences: Option<Addr<SequenceRelocator>>,
     /// By BOINC job name.
     jobs: HashMap<String, Job>,
+    /// The BOINC batch names of `jobs`, one copy each.
+    batch_names: BatchNames,
     /// Batches gathering jobs or being submitted.
     submitting: HashSet<String>,
     /// Batches being retired by this daemon.
@@ -128,19 +130,22 @@ pub struct BlahProject {
 }
 
 struct Job {
-    /// Its BOINC batch.
-    batch: String,
-    /// The submit ad as recorded, parsed where it is used ([`Job::ad`]):
-    /// parsed, an ad takes about five times its text, and a job in flight
-    /// needs it only to be submitted and delivered. `None` for a job known
-    /// only by its id.
-    ad: Option<Box<str>>,
-    /// Its ad is a work sequence's (asked of every job at each refresh).
-    sequence: bool,
+    /// Its BOINC batch (shared by the jobs of the batch).
+    batch: Rc<str>,
+    /// Its submit ad is recorded (and readable). The ad stays in the state
+    /// database, read where it is used ([`BlahProject::read_ads`]: the
+    /// submission, the delivery, a failure's lookup): a job in flight keeps
+    /// only what its status needs. `false` for a job known only by its id.
+    recorded: bool,
+    /// Its ad is a work sequence's: the sequence's name.
+    sequence: Option<Box<str>>,
+    /// The HTCondor job (`<cluster>.<proc>`), for the log line of a hold.
+    condor_job: Option<(u32, u32)>,
     phase: Phase,
     /// Its last status in query_batch2.
-    boinc: Option<String>,
-    final_status: Option<(i32, ClassAd)>,
+    boinc: Option<BoincStatus>,
+    /// Boxed: most jobs in memory are in flight and have none.
+    final_status: Option<Box<(i32, ClassAd)>>,
     /// A submission, delivery or failure lookup is under way.
     busy: bool,
     /// When this daemon first tried to submit it.
@@ -150,44 +155,82 @@ struct Job {
     retired: bool,
 }
 
+/// A job's status in query_batch2, kept as one byte (the text of a status
+/// this daemon does not know is kept as it came).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BoincStatus {
+    Known(&'static str),
+    Other(Box<str>),
+}
+
+impl BoincStatus {
+    const KNOWN: [&'static str; 5] = ["UNSENT", "IN_PROGRESS", "DONE", "ERROR", "ABORTED"];
+
+    fn of(text: &str) -> BoincStatus {
+        match BoincStatus::KNOWN.iter().find(|k| **k == text) {
+            Some(k) => BoincStatus::Known(k),
+            None => BoincStatus::Other(text.into()),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            BoincStatus::Known(k) => k,
+            BoincStatus::Other(t) => t,
+        }
+    }
+}
+
 impl Job {
-    fn from_record(rec: JobRecord) -> Job {
+    /// `batches` shares one copy of each BOINC batch name among its jobs.
+    fn from_record(rec: JobRecord, batches: &mut BatchNames) -> Job {
+        Job::from_record_with_ad(rec, batches).0
+    }
+
+    /// [`Job::from_record`], and the submit ad it read (parsed).
+    fn from_record_with_ad(rec: JobRecord, batches: &mut BatchNames) -> (Job, Option<ClassAd>) {
         // A retired job's record keeps no submit ad (see store::set_retired).
         let parsed = Some(rec.ad.as_str()).filter(|t| !t.is_empty()).and_then(|t| {
             ClassAd::parse(t).map_err(|e| tracing::warn!(batch = %rec.batch, "its recorded submit ad is unreadable: {e}")).ok()
         });
-        let sequence = parsed.as_ref().is_some_and(sequence::is_sequence);
-        let ad = parsed.map(|_| rec.ad.into_boxed_str());
+        let sequence = parsed.as_ref().filter(|ad| sequence::is_sequence(ad)).map(|ad| {
+            // A sequence whose name can't be read is answered as a plain job.
+            sequence::sequence_name(ad).unwrap_or_default().into_boxed_str()
+        });
+        let condor_job = parsed.as_ref().and_then(map::condor_job_id).and_then(|id| condor_numbers(&id));
         let final_ad = rec.final_ad.as_deref().and_then(|t| ClassAd::parse(t).ok());
         let final_status = match (rec.phase, rec.status, final_ad) {
             // A cancelled job keeps its final status: a held job's reason
             // must outlive the gridmanager's cancel and its restart.
-            (Phase::Final | Phase::Cancelled, Some(s), Some(ad)) => Some((s, ad)),
-            (Phase::Final, ..) => Some((job_status::HELD, held_ad(&rec.batch, "the final status of this job was lost"))),
+            (Phase::Final | Phase::Cancelled, Some(s), Some(ad)) => Some(Box::new((s, ad))),
+            (Phase::Final, ..) => Some(Box::new((job_status::HELD, held_ad(&rec.batch, "the final status of this job was lost")))),
             _ => None,
         };
         let lease_until = rec.lease_until;
-        Job {
-            batch: rec.boinc_batch,
-            ad,
+        let job = Job {
+            batch: batches.share(&rec.boinc_batch),
+            recorded: parsed.is_some(),
             sequence,
+            condor_job,
             phase: rec.phase,
-            boinc: rec.boinc_status,
+            boinc: rec.boinc_status.as_deref().map(BoincStatus::of),
             final_status,
             busy: false,
             submitting_since: None,
             failures: 0,
             lease_until,
             retired: rec.retired,
-        }
+        };
+        (job, parsed)
     }
 
     /// A job the state database does not know (it was lost): watched by id.
-    fn unknown(batch: String) -> Job {
+    fn unknown(batch: &str, batches: &mut BatchNames) -> Job {
         Job {
-            batch,
-            ad: None,
-            sequence: false,
+            batch: batches.share(batch),
+            recorded: false,
+            sequence: None,
+            condor_job: None,
             phase: Phase::Active,
             boinc: None,
             final_status: None,
@@ -203,19 +246,46 @@ impl Job {
         self.phase == Phase::Active && self.final_status.is_none()
     }
 
-    /// The submit ad, parsed (it was readable when the job was loaded).
-    fn ad(&self) -> Option<ClassAd> {
-        ClassAd::parse(self.ad.as_deref()?).ok()
-    }
-
     /// A work sequence: its SequenceRelocator watches its BOINC jobs.
     fn is_sequence(&self) -> bool {
-        self.sequence
+        self.sequence.is_some()
     }
 
     /// Its sequence's name, if it is a sequence job.
     fn sequence_name(&self) -> Option<String> {
-        self.ad().filter(|_| self.sequence).and_then(|ad| sequence::sequence_name(&ad).ok())
+        self.sequence.as_deref().filter(|n| !n.is_empty()).map(String::from)
+    }
+
+    /// `<cluster>.<proc>` of its HTCondor job, or `unknown`.
+    fn condor_job(&self) -> String {
+        self.condor_job.map_or_else(|| "unknown".into(), |(c, p)| format!("{c}.{p}"))
+    }
+}
+
+/// `<cluster>.<proc>` as two numbers.
+fn condor_numbers(id: &str) -> Option<(u32, u32)> {
+    let (c, p) = id.split_once('.')?;
+    Some((c.parse().ok()?, p.parse().ok()?))
+}
+
+/// One copy of each BOINC batch name, shared by the jobs in memory (a
+/// batch has up to `max_batch_jobs` of them).
+#[derive(Default)]
+struct BatchNames(HashSet<Rc<str>>);
+
+impl BatchNames {
+    fn share(&mut self, name: &str) -> Rc<str> {
+        if let Some(n) = self.0.get(name) {
+            return n.clone();
+        }
+        let n: Rc<str> = name.into();
+        self.0.insert(n.clone());
+        n
+    }
+
+    /// Forgets the names no job holds any more.
+    fn prune(&mut self) {
+        self.0.retain(|n| Rc::strong_count(n) > 1);
     }
 }
 
@@ -243,6 +313,7 @@ impl BlahProject {
             rpc: None,
             sequences: None,
             jobs: HashMap::new(),
+            batch_names: BatchNames::default(),
             submitting: HashSet::new(),
             retired_batches: HashSet::new(),
             batch_ids: HashMap::new(),
@@ -300,12 +371,12 @@ impl BlahProject {
                     if rec.abort_pending {
                         act.aborts.insert(name.clone());
                     }
-                    Job::from_record(rec)
+                    Job::from_record(rec, &mut act.batch_names)
                 }
-                Ok(None) => Job::unknown(batch),
+                Ok(None) => Job::unknown(&batch, &mut act.batch_names),
                 Err(e) => {
                     tracing::warn!(job = %name, "can't read the job's record ({e}); watching it by id");
-                    Job::unknown(batch)
+                    Job::unknown(&batch, &mut act.batch_names)
                 }
             };
             act.jobs.insert(name.clone(), job);
@@ -317,9 +388,33 @@ impl BlahProject {
     /// restart).
     pub(super) fn advance(&mut self, job: &str, ctx: &mut Context<Self>) {
         if let Some(j) = self.jobs.get(job).filter(|j| j.phase == Phase::Submitting && !j.busy) {
-            let batch = j.batch.clone();
+            let batch = j.batch.to_string();
             self.gather(batch, ctx);
         }
+    }
+
+    /// Reads the submit ads of `jobs` from the state database (a job in
+    /// memory keeps none), then runs `then` with each job and its ad (None:
+    /// not recorded, unreadable, or the database failed).
+    pub(super) fn read_ads(
+        &self,
+        ctx: &Context<Self>,
+        jobs: Vec<String>,
+        then: impl FnOnce(&mut Self, Vec<(String, Option<ClassAd>)>, &mut Context<Self>) + Send + 'static,
+    ) {
+        let store = self.store.clone();
+        let work = async move {
+            let names = jobs.clone();
+            let texts = match store.read(move |c| store::load_ads(c, &names)).await {
+                Ok(texts) => texts,
+                Err(e) => {
+                    tracing::warn!("can't read submit ads from the state database: {e}");
+                    vec![None; jobs.len()]
+                }
+            };
+            jobs.into_iter().zip(texts).map(|(job, text)| (job, text.and_then(|t| ClassAd::parse(&t).ok()))).collect::<Vec<_>>()
+        };
+        self.run(ctx, work, then);
     }
 }
 
@@ -344,7 +439,7 @@ struct Delivery {
 /// What one query_batch2 said.
 struct BatchStates {
     /// Job -> its status, for every job of the batches answered.
-    states: HashMap<String, String>,
+    states: HashMap<String, BoincStatus>,
     answered: HashSet<String>,
     /// Batch -> how many of its jobs are DONE (delivered ones included).
     finished: HashMap<String, usize>,
@@ -420,5 +515,53 @@ fn templates_error(e: &RpcError, url: &str, file: &str, app: &str, source: &str)
             format!("{url} does not answer as a BOINC project does ({e}): check the project URL, then condor_release the job")
         }
         _ => format!("can't get the templates of app {app} from {url}: {e}; condor_release the job to try again"),
+    }
+}
+
+#[cfg(test)]
+mod job_tests {
+    use super::*;
+
+    #[test]
+    fn a_job_in_memory_is_small() {
+        // What a job in flight costs besides its name (the map's key): no
+        // submit ad, its batch name shared.
+        assert!(std::mem::size_of::<Job>() <= 112, "{}", std::mem::size_of::<Job>());
+    }
+
+    #[test]
+    fn statuses_come_back_as_they_went_in() {
+        for s in ["UNSENT", "IN_PROGRESS", "DONE", "ERROR", "ABORTED", "SOMETHING_NEW", ""] {
+            assert_eq!(BoincStatus::of(s).as_str(), s);
+        }
+        assert!(matches!(BoincStatus::of("DONE"), BoincStatus::Known(_)));
+    }
+
+    #[test]
+    fn condor_ids_are_two_numbers_or_unknown() {
+        assert_eq!(condor_numbers("17.0"), Some((17, 0)));
+        assert_eq!(condor_numbers("17"), None);
+        assert_eq!(condor_numbers("99999999999.0"), None);
+        let mut names = BatchNames::default();
+        let mut job = Job::unknown("b", &mut names);
+        assert_eq!(job.condor_job(), "unknown");
+        job.condor_job = Some((42, 3));
+        assert_eq!(job.condor_job(), "42.3");
+    }
+
+    #[test]
+    fn a_batch_name_is_held_once_and_forgotten_with_its_last_job() {
+        let mut names = BatchNames::default();
+        let a = Job::unknown("batch_a", &mut names);
+        let b = Job::unknown("batch_a", &mut names);
+        assert!(Rc::ptr_eq(&a.batch, &b.batch));
+        let c = Job::unknown("batch_c", &mut names);
+        drop((a, b));
+        names.prune();
+        assert_eq!(names.0.len(), 1);
+        assert!(names.0.contains("batch_c"));
+        drop(c);
+        names.prune();
+        assert!(names.0.is_empty());
     }
 }

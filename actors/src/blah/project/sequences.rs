@@ -113,9 +113,21 @@ impl BlahProject {
     /// A completed sequence's files placed in the job's directory (then
     /// status 4), or a failed one's reported as a failed BOINC job is.
     pub(super) fn finish_sequence(&mut self, job: &str, state: SequenceState, ctx: &mut Context<Self>) {
-        let Some(j) = self.jobs.get_mut(job) else { return };
-        let Some(ad) = j.ad() else { return };
+        let Some(j) = self.jobs.get_mut(job).filter(|j| j.recorded) else { return };
         j.busy = true;
+        self.read_ads(ctx, vec![job.to_string()], move |act, mut ads, ctx| {
+            if let Some((job, ad)) = ads.pop() {
+                act.finish_sequence_with(&job, ad, state, ctx);
+            }
+        });
+    }
+
+    fn finish_sequence_with(&mut self, job: &str, ad: Option<ClassAd>, state: SequenceState, ctx: &mut Context<Self>) {
+        let Some(j) = self.jobs.get_mut(job) else { return };
+        let Some(ad) = ad else {
+            j.busy = false;
+            return;
+        };
         let app = map::choose_app(&ad, &self.config.blah).map(|a| a.0);
         let templates = app.as_ref().ok().and_then(|a| self.templates(a));
         let relocator = self.sequences.clone();

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{reply, request, Script};
+use gahp_protocol::boinc::{reply, request, ReplyError, Script};
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::BlahResult;
@@ -13,7 +13,6 @@ use gahp_protocol::Authenticator;
 
 use super::*;
 use crate::blah::batch_zip;
-use crate::blah::map;
 use crate::blah::outputs::{held_ad, status_ad};
 use crate::blah::store::{self, Phase};
 use crate::project::rpc::{Rpc, RpcClient, RpcError};
@@ -25,7 +24,7 @@ impl BlahProject {
         let Some(job) = self.jobs.get(batch) else {
             return BlahResult::Status { code: 1, error: "internal error: job not loaded".into(), status: 0, ad: None };
         };
-        let status = match (&job.final_status, job.phase, job.boinc.as_deref()) {
+        let status = match (job.final_status.as_deref(), job.phase, job.boinc.as_ref().map(BoincStatus::as_str)) {
             (Some((status, ad)), ..) => {
                 let r = BlahResult::status(*status, ad.clone());
                 // A delivered job was loaded from the state database only
@@ -39,7 +38,7 @@ impl BlahProject {
             }
             (None, Phase::Cancelled, _) => job_status::REMOVED,
             (None, Phase::Active, Some("IN_PROGRESS" | "DONE" | "ERROR")) => job_status::RUNNING,
-            (None, Phase::Active, None) if job.ad.is_none() => {
+            (None, Phase::Active, None) if !job.recorded => {
                 self.refresh(ctx);
                 let error = format!("the state of BOINC job {batch} is not known yet; asked {}", self.key.url);
                 return BlahResult::Status { code: 1, error, status: 0, ad: None };
@@ -73,7 +72,7 @@ impl BlahProject {
             .jobs
             .values()
             .filter(|j| j.watched() && !j.is_sequence())
-            .map(|j| j.batch.clone())
+            .map(|j| j.batch.to_string())
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
@@ -101,15 +100,15 @@ impl BlahProject {
         let mut lost = Vec::new();
         for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched() && !j.is_sequence()) {
             match states.get(name) {
-                Some(status) if job.boinc.as_deref() != Some(status.as_str()) => {
-                    let (j, s) = (name.clone(), status.clone());
+                Some(status) if job.boinc.as_ref() != Some(status) => {
+                    let (j, s) = (name.clone(), status.as_str().to_string());
                     self.store.write("store a BOINC status", move |c| store::set_boinc_status(c, &j, &s));
                     job.boinc = Some(status.clone());
                 }
                 Some(_) => {}
-                None => match gone.get(&job.batch) {
+                None => match gone.get(&*job.batch) {
                     Some(why) => lost.push((name.clone(), format!("its batch {} is not there: {why}", job.batch))),
-                    None if answered.contains(&job.batch) => lost.push((name.clone(), format!("its batch {} has no such job", job.batch))),
+                    None if answered.contains(&*job.batch) => lost.push((name.clone(), format!("its batch {} has no such job", job.batch))),
                     // Not asked about (it was submitted while the query was out).
                     None => {}
                 },
@@ -117,7 +116,7 @@ impl BlahProject {
         }
         for (name, why) in lost {
             let url = &self.key.url;
-            let reason = if self.jobs.get(&name).is_some_and(|j| j.ad.is_none()) {
+            let reason = if self.jobs.get(&name).is_some_and(|j| !j.recorded) {
                 format!("BOINC job {name} is not on {url} ({why}), and {}; condor_release the job to submit it again", self.no_record())
             } else {
                 format!(
@@ -127,14 +126,21 @@ impl BlahProject {
             };
             self.finish(&name, job_status::HELD, held_ad(&name, &reason));
         }
-        let todo: Vec<(String, String)> =
-            self.jobs.iter().filter(|(_, j)| j.watched() && !j.busy).filter_map(|(b, j)| j.boinc.clone().map(|s| (b.clone(), s))).collect();
+        // Only the jobs with something to do now (not every job in flight).
+        let todo: Vec<(String, String)> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.watched() && !j.busy)
+            .filter_map(|(b, j)| j.boinc.as_ref().map(|s| (b, s.as_str())))
+            .filter(|(_, s)| matches!(*s, "DONE" | "ERROR"))
+            .map(|(b, s)| (b.clone(), s.to_string()))
+            .collect();
         // DONE jobs by BOINC batch: several of one batch may share its zip.
         let mut done: HashMap<String, Vec<String>> = HashMap::new();
         for (job, status) in todo {
             match status.as_str() {
                 "DONE" => match self.jobs.get(&job) {
-                    Some(j) if j.ad.is_some() => done.entry(j.batch.clone()).or_default().push(job),
+                    Some(j) if j.recorded => done.entry(j.batch.to_string()).or_default().push(job),
                     _ => self.deliver(job, ctx),
                 },
                 "ERROR" => self.resolve(job, ctx),
@@ -162,7 +168,7 @@ impl BlahProject {
         if status == job_status::HELD {
             // The one line an admin greps for: which HTCondor job, which
             // BOINC batch and job, and why.
-            let condor_job = job.ad().as_ref().and_then(map::condor_job_id).unwrap_or_else(|| "unknown".into());
+            let condor_job = job.condor_job();
             tracing::warn!(
                 condor_job = %condor_job,
                 boinc_batch = %job.batch,
@@ -174,15 +180,45 @@ impl BlahProject {
         let (b, text) = (batch.to_string(), ad.to_string());
         self.store.write("store a final status", move |c| store::set_phase(c, &b, Phase::Final, Some(status), Some(text)));
         job.phase = Phase::Final;
-        job.final_status = Some((status, ad));
+        job.final_status = Some(Box::new((status, ad)));
     }
 
     pub(super) fn final_status(&self, job: &str) -> BlahResult {
-        match self.jobs.get(job).and_then(|j| j.final_status.clone()) {
+        match self.jobs.get(job).and_then(|j| j.final_status.as_deref().cloned()) {
             Some((status, ad)) => BlahResult::status(status, ad),
             None => BlahResult::Status { code: 1, error: "internal error: no final status".into(), status: 0, ad: None },
         }
     }
+}
+
+/// A query_batch2 reply as the refresh uses it, read without a structure
+/// per job besides the map (a status is a byte, not a `String`).
+struct StatesReply {
+    states: HashMap<String, BoincStatus>,
+    /// Per batch asked, in order: how many of its jobs are DONE.
+    done: Vec<usize>,
+}
+
+impl reply::QueryBatch2Sink for StatesReply {
+    fn group(&mut self, batch_size: usize) {
+        self.done.push(0);
+        self.states.reserve(batch_size.min(1 << 20));
+    }
+    fn job(&mut self, name: &str, status: &str) {
+        let status = BoincStatus::of(status);
+        if status.as_str() == "DONE" {
+            if let Some(d) = self.done.last_mut() {
+                *d += 1;
+            }
+        }
+        self.states.insert(name.to_string(), status);
+    }
+}
+
+fn parse_states(body: &[u8]) -> Result<StatesReply, ReplyError> {
+    let mut out = StatesReply { states: HashMap::new(), done: Vec::new() };
+    reply::read_query_batch2(body, &mut out)?;
+    Ok(out)
 }
 
 /// query_batch2 over `names`; a batch the server does not know (or that
@@ -196,13 +232,13 @@ pub(super) async fn query_states(
     let mut out = BatchStates { states: HashMap::new(), answered: HashSet::new(), finished: HashMap::new(), gone: Vec::new() };
     while !names.is_empty() {
         let xml = request::query_batch2(auth, 0.0, &names);
-        match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, deadline).await {
+        match rpc.idempotent(Script::SubmitRpcHandler, xml, parse_states, deadline).await {
             Ok(reply) => {
-                for (name, jobs) in names.into_iter().zip(reply.batches) {
-                    out.finished.insert(name.clone(), jobs.iter().filter(|j| j.status == "DONE").count());
-                    out.states.extend(jobs.into_iter().map(|j| (j.name, j.status)));
+                for (name, done) in names.into_iter().zip(reply.done) {
+                    out.finished.insert(name.clone(), done);
                     out.answered.insert(name);
                 }
+                out.states = reply.states;
                 break;
             }
             Err(RpcError::Boinc { num, msg }) => {
@@ -216,4 +252,25 @@ pub(super) async fn query_states(
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_reply_is_read_into_states_and_done_counts() {
+        let body = b"<query_batch2>\n<server_time>100.5</server_time>\n\
+             <batch_size>2</batch_size>\n<job><job_name>a</job_name><status>DONE</status></job>\n\
+             <job><job_name>b</job_name><status>NEW_ONE</status></job>\n\
+             <batch_size>0</batch_size>\n\
+             <batch_size>1</batch_size>\n<job><job_name>c</job_name><status>DONE</status></job>\n\
+             </query_batch2>\n";
+        let r = parse_states(body).unwrap();
+        assert_eq!(r.done, [1, 0, 1]);
+        assert_eq!(r.states.len(), 3);
+        assert_eq!(r.states["a"], BoincStatus::of("DONE"));
+        assert_eq!(r.states["b"].as_str(), "NEW_ONE");
+        assert!(parse_states(b"<query_batch2>\n<batch_size>2</batch_size>\n").is_err());
+    }
 }

@@ -13,7 +13,7 @@ use crate::blah::outputs::held_ad;
 use crate::blah::sequence;
 use crate::blah::store::{self, JobRecord, Phase};
 use crate::clock::unix_now;
-use crate::project::submit_pipeline::{RunPipeline, SubmitError, SubmitPipeline};
+use crate::project::submit_pipeline::{CompactBatch, RunPipeline, SubmitError, SubmitPipeline};
 
 impl BlahProject {
     /// Lets a batch gather jobs for the window, then submits it.
@@ -51,12 +51,22 @@ impl BlahProject {
         let mut members = Vec::new();
         for rec in records {
             let name = rec.batch.clone();
-            let job = self.jobs.entry(name.clone()).or_insert_with(|| Job::from_record(rec));
+            // The submit ad comes with the record (a job in memory keeps none).
+            let (job, ad) = match self.jobs.get_mut(&name) {
+                Some(job) => {
+                    let ad = Some(rec.ad.as_str()).filter(|_| job.recorded).and_then(|t| ClassAd::parse(t).ok());
+                    (job, ad)
+                }
+                None => {
+                    let (job, ad) = Job::from_record_with_ad(rec, &mut self.batch_names);
+                    (self.jobs.entry(name.clone()).or_insert(job), ad)
+                }
+            };
             // Cancelled since the database said otherwise.
             if job.phase == Phase::Submitting {
                 job.busy = true;
                 job.submitting_since.get_or_insert_with(Instant::now);
-                members.push((name, job.ad()));
+                members.push((name, ad));
             }
         }
         // A sequence job is never gathered with others: it is alone.
@@ -131,7 +141,8 @@ impl BlahProject {
             if included.is_empty() {
                 return BatchOutcome { refused, result: Ok(vec![]) };
             }
-            let pipeline = SubmitPipeline::new(key, config, rpc, stager, db, spec, deadline).with_templates(templates).start();
+            let pipeline =
+                SubmitPipeline::new(key, config, rpc, stager, db, CompactBatch::of(spec), deadline).with_templates(templates).start();
             let result = match pipeline.send(RunPipeline).await {
                 Ok(Ok(())) => Ok(included),
                 Ok(Err(e)) => Err((included, SubmitFailure::Pipeline(e))),

@@ -42,6 +42,7 @@ impl BlahProject {
 
     /// Retries owed aborts and renews due leases (one call at a time).
     pub(super) fn upkeep(&mut self, ctx: &mut Context<Self>) {
+        self.batch_names.prune();
         for batch in std::mem::take(&mut self.aborts) {
             // A failure puts it back for the next round.
             self.abort(batch, ctx, None);
@@ -56,7 +57,7 @@ impl BlahProject {
             .jobs
             .values()
             .filter(|j| j.watched() && !j.is_sequence() && j.lease_until < now + lease / 2.0)
-            .map(|j| j.batch.clone())
+            .map(|j| j.batch.to_string())
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
@@ -80,7 +81,7 @@ impl BlahProject {
         self.run(ctx, leases, move |act, renewed, _| {
             act.upkeep_running = false;
             let renewed: HashSet<String> = renewed.into_iter().collect();
-            for (name, j) in act.jobs.iter_mut().filter(|(_, j)| renewed.contains(&j.batch)) {
+            for (name, j) in act.jobs.iter_mut().filter(|(_, j)| renewed.contains(&*j.batch)) {
                 j.lease_until = now + lease;
                 let name = name.clone();
                 act.store.write("store a lease", move |c| store::set_lease(c, &name, now + lease));

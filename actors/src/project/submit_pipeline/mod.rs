@@ -21,6 +21,7 @@
 //! `upload` is the upload step: calls sized by the project's PHP limits,
 //! split and sent again when refused, the learnt budget kept.
 
+mod compact;
 mod upload;
 
 use std::collections::{HashMap, HashSet};
@@ -29,8 +30,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{reply, request, BatchInfo, Script, SubmitJob, SubmitParams, Templates};
-use gahp_protocol::gahp::{ParamValue, SubmitBatch};
+use bytes::Bytes;
+use gahp_protocol::boinc::{reply, request, BatchInfo, Script, SubmitParams, Templates};
+use gahp_protocol::gahp::{JobParams, ParamValue};
+use tokio::sync::Semaphore;
 
 use crate::clock::unix_now;
 use crate::config::DaemonConfig;
@@ -39,6 +42,13 @@ use crate::project::rpc::{backoff, Parse, Rpc, RpcClient, RpcError};
 use crate::project::templates::TemplatesCall;
 use crate::project::{submit_records, ProjectKey};
 use crate::state_db::StateDb;
+
+pub use compact::{BadArgs, CompactBatch, JobNames};
+
+/// submit_batch requests of one project built and in flight at once (one
+/// of 10,000 jobs is about 1.9 MB): a hundred submits arriving together
+/// do their small steps side by side, and their requests a few at a time.
+pub const SUBMIT_BATCHES_AT_ONCE: usize = 4;
 
 /// Why a submission failed; rendered to text where the result line is made.
 #[derive(Debug, thiserror::Error)]
@@ -113,11 +123,13 @@ pub struct SubmitPipeline {
     rpc: Addr<RpcClient>,
     stager: Addr<FileStager>,
     db: StateDb,
-    batch: Option<SubmitBatch>,
+    batch: Option<CompactBatch>,
     /// The app's templates when the caller has them (no get_templates),
     /// or the project's call for them that the caller shares.
     templates: Option<Templates>,
     shared_templates: Option<TemplatesCall>,
+    /// The project's permits for building and sending submit_batch.
+    submit_slots: Option<Arc<Semaphore>>,
     deadline: Instant,
 }
 
@@ -128,10 +140,21 @@ impl SubmitPipeline {
         rpc: Addr<RpcClient>,
         stager: Addr<FileStager>,
         db: StateDb,
-        batch: SubmitBatch,
+        batch: CompactBatch,
         deadline: Instant,
     ) -> Self {
-        SubmitPipeline { key, config, rpc, stager, db, batch: Some(batch), templates: None, shared_templates: None, deadline }
+        SubmitPipeline {
+            key,
+            config,
+            rpc,
+            stager,
+            db,
+            batch: Some(batch),
+            templates: None,
+            shared_templates: None,
+            submit_slots: None,
+            deadline,
+        }
     }
 
     /// Uses these templates of the batch's app instead of asking for them.
@@ -144,6 +167,13 @@ impl SubmitPipeline {
     /// cached call, `project::templates`) instead of making its own.
     pub fn with_shared_templates(mut self, call: TemplatesCall) -> Self {
         self.shared_templates = Some(call);
+        self
+    }
+
+    /// Builds and sends its submit_batch only with one of these permits
+    /// (the project's [`SUBMIT_BATCHES_AT_ONCE`]).
+    pub fn with_submit_slots(mut self, slots: Arc<Semaphore>) -> Self {
+        self.submit_slots = Some(slots);
         self
     }
 }
@@ -166,6 +196,7 @@ impl Handler<RunPipeline> for SubmitPipeline {
             rpc: self.rpc.clone(),
             stager: self.stager.clone(),
             db: self.db.clone(),
+            submit_slots: self.submit_slots.clone(),
             deadline: self.deadline,
         };
         let (batch, templates, shared) = (self.batch.take(), self.templates.take(), self.shared_templates.take());
@@ -196,6 +227,7 @@ struct Run {
     rpc: Addr<RpcClient>,
     stager: Addr<FileStager>,
     db: StateDb,
+    submit_slots: Option<Arc<Semaphore>>,
     deadline: Instant,
 }
 
@@ -213,14 +245,13 @@ enum BatchSlot {
 }
 
 impl Run {
-    async fn submit(&self, batch: SubmitBatch, templates: Option<Templates>, shared: Option<TemplatesCall>) -> Step<()> {
-        if batch.jobs.is_empty() {
+    async fn submit(&self, batch: CompactBatch, templates: Option<Templates>, shared: Option<TemplatesCall>) -> Step<()> {
+        if batch.is_empty() {
             return Err(SubmitError::NoJobs);
         }
-        let params = submit_params(&batch)?;
-        let mut seen = HashSet::new();
-        if let Some(dup) = batch.jobs.iter().find(|j| !seen.insert(j.name.as_str())) {
-            return Err(SubmitError::DuplicateJob(dup.name.clone()));
+        let params = submit_params(&batch.params)?;
+        if let Some(dup) = batch.names().duplicate() {
+            return Err(SubmitError::DuplicateJob(dup));
         }
         let auth = &self.key.authenticator;
 
@@ -232,12 +263,14 @@ impl Run {
                 .await
                 .map_err(SubmitError::Templates)?,
         };
-        if let Some(job) = batch.jobs.iter().find(|j| j.inputs.len() != templates.inputs.len()) {
+        // The lists come in the order of their first job: the first list
+        // that does not fit has the first job that does not.
+        if let Some((job, list)) = batch.input_lists().find(|(_, l)| l.len() != templates.inputs.len()) {
             return Err(SubmitError::InputCount {
-                job: job.name.clone(),
+                job: batch.names().get(job),
                 app: batch.app_name.clone(),
                 need: templates.inputs.len(),
-                got: job.inputs.len(),
+                got: list.len(),
             });
         }
 
@@ -266,25 +299,28 @@ impl Run {
         let by_name: HashMap<&str, &StagedFile> = staged.values().map(|f| (f.phys_name.as_str(), f)).collect();
         self.upload(batch_id, absent, &by_name).await?;
 
-        let jobs: Vec<SubmitJob> = batch
-            .jobs
-            .iter()
-            .map(|j| SubmitJob {
-                name: &j.name,
-                args: &j.args,
-                files: j.inputs.iter().map(|i| staged[&i.src].phys_name.as_str()).collect(),
-            })
-            .collect();
-        let xml = request::submit_batch(auth, batch_id, &batch.app_name, &params, &jobs);
-        drop(jobs);
-        self.submit_jobs(batch_id, xml, &batch).await
+        // The request is built only with a permit, and dropped with it.
+        let _permit = match &self.submit_slots {
+            Some(slots) => Some(slots.clone().acquire_owned().await.map_err(|_| SubmitError::Internal("submit permits closed"))?),
+            None => None,
+        };
+        // Physical input names once per distinct input list, not per job.
+        let files: Vec<Vec<&str>> =
+            batch.input_lists().map(|(_, list)| list.iter().map(|i| staged[&i.src].phys_name.as_str()).collect()).collect();
+        let xml = request::submit_batch_each(auth, batch_id, &batch.app_name, &params, batch.len(), |i, name| {
+            batch.names().write(i, name);
+            let files = files.get(batch.input_list_of(i)).map_or(&[][..], Vec::as_slice);
+            (batch.job(i).0, files)
+        });
+        drop(files);
+        self.submit_jobs(batch_id, Bytes::from(xml), &batch).await
     }
 
     async fn idempotent<T: Send + 'static>(&self, script: Script, xml: String, parse: Parse<T>) -> Result<T, RpcError> {
         self.rpc.idempotent(script, xml, parse, self.deadline).await
     }
 
-    async fn once<T: Send + 'static>(&self, script: Script, xml: String, parse: Parse<T>) -> Result<T, RpcError> {
+    async fn once<T: Send + 'static>(&self, script: Script, xml: impl Into<Bytes>, parse: Parse<T>) -> Result<T, RpcError> {
         self.rpc.once(script, xml, Vec::new(), parse, self.deadline).await
     }
 
@@ -297,10 +333,10 @@ impl Run {
         }
     }
 
-    async fn stage(&self, batch: &SubmitBatch) -> Step<HashMap<PathBuf, StagedFile>> {
+    async fn stage(&self, batch: &CompactBatch) -> Step<HashMap<PathBuf, StagedFile>> {
         let mut seen = HashSet::new();
         let paths: Vec<PathBuf> =
-            batch.jobs.iter().flat_map(|j| j.inputs.iter()).filter(|i| seen.insert(&i.src)).map(|i| i.src.clone()).collect();
+            batch.input_lists().flat_map(|(_, l)| l.iter()).filter(|i| seen.insert(&i.src)).map(|i| i.src.clone()).collect();
         let staged = self
             .stager
             .send(Stage(paths))
@@ -318,7 +354,7 @@ impl Run {
     /// create sent earlier whose outcome is unknown (recorded in the state
     /// database before it went out, so a killed daemon's counts too) may
     /// still land, so a new one waits until that one has settled.
-    async fn find_or_create_batch(&self, batch: &SubmitBatch) -> Step<BatchSlot> {
+    async fn find_or_create_batch(&self, batch: &CompactBatch) -> Step<BatchSlot> {
         let auth = &self.key.authenticator;
         let name = &batch.batch_name;
         let mut attempt = 0;
@@ -384,13 +420,13 @@ impl Run {
         }
     }
 
-    fn reuse(&self, info: BatchInfo, batch: &SubmitBatch) -> Step<BatchSlot> {
+    fn reuse(&self, info: BatchInfo, batch: &CompactBatch) -> Step<BatchSlot> {
         if info.state == 0 && info.jobs.is_empty() {
             tracing::info!(batch = %batch.batch_name, id = info.id, "reusing the empty batch of this name");
             return Ok(BatchSlot::Empty(info.id));
         }
         let there: HashSet<&str> = info.jobs.iter().map(String::as_str).collect();
-        if batch.jobs.iter().all(|j| there.contains(j.name.as_str())) {
+        if batch.names().iter().all(|name| there.contains(name.as_str())) {
             return Ok(BatchSlot::AlreadySubmitted);
         }
         Err(SubmitError::NameTaken(batch.batch_name.clone()))
@@ -434,14 +470,14 @@ impl Run {
         Ok(absent)
     }
 
-    async fn submit_jobs(&self, batch_id: i64, xml: String, batch: &SubmitBatch) -> Step<()> {
+    async fn submit_jobs(&self, batch_id: i64, xml: Bytes, batch: &CompactBatch) -> Step<()> {
         let mut attempt = 0;
         loop {
             attempt += 1;
             match self.once(Script::SubmitRpcHandler, xml.clone(), reply::parse_submit_batch).await {
                 Ok(_) => return Ok(()),
                 Err(RpcError::Boinc { num, ref msg }) if reply::body_dropped(num, msg) => {
-                    return Err(SubmitError::SubmitTooBig { bytes: xml.len(), jobs: batch.jobs.len() });
+                    return Err(SubmitError::SubmitTooBig { bytes: xml.len(), jobs: batch.len() });
                 }
                 Err(e) if e.outcome_unknown() => {
                     // Did the lost call create the jobs? Ask before sending again.
@@ -463,7 +499,7 @@ impl Run {
 }
 
 /// The trailing job parameters as submit_batch takes them (0 = unspecified).
-fn submit_params(batch: &SubmitBatch) -> Step<SubmitParams> {
+fn submit_params(p: &JobParams) -> Step<SubmitParams> {
     fn num<T: Copy + Default>(name: &'static str, v: &ParamValue<T>) -> Step<T> {
         match v {
             ParamValue::Unset => Ok(T::default()),
@@ -471,7 +507,6 @@ fn submit_params(batch: &SubmitBatch) -> Step<SubmitParams> {
             ParamValue::Invalid(raw) => Err(SubmitError::BadParam { name, value: raw.clone() }),
         }
     }
-    let p = &batch.params;
     Ok(SubmitParams {
         rsc_fpops_est: num("rsc_fpops_est", &p.rsc_fpops_est)?,
         rsc_fpops_bound: num("rsc_fpops_bound", &p.rsc_fpops_bound)?,

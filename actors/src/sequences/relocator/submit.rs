@@ -11,7 +11,7 @@ use gahp_protocol::gahp::{InputFile, JobParams, JobSpec, SubmitBatch};
 use super::*;
 use crate::clock::unix_now;
 use crate::project::rpc::{Rpc, RpcError};
-use crate::project::submit_pipeline::{RunPipeline, SubmitError, SubmitPipeline};
+use crate::project::submit_pipeline::{CompactBatch, RunPipeline, SubmitError, SubmitPipeline};
 use crate::sequences::decide::{self, LiveAttempt, ServerState};
 use crate::sequences::store::{Phase, SequenceDef, StepFile};
 
@@ -121,7 +121,9 @@ impl SequenceRelocator {
                 jobs: vec![JobSpec { name: job.clone(), args, inputs }],
                 params: JobParams::default(),
             };
-            let pipeline = SubmitPipeline::new(key, config, rpc, stager, db, batch, deadline).with_templates(templates.clone()).start();
+            let pipeline = SubmitPipeline::new(key, config, rpc, stager, db, CompactBatch::of(batch), deadline)
+                .with_templates(templates.clone())
+                .start();
             match pipeline.send(RunPipeline).await {
                 Ok(Ok(())) => Ok(templates),
                 Ok(Err(e)) => Err((submit_may_pass(&e), e.to_string())),
