@@ -273,7 +273,6 @@ fn a_blah_job_through_connect_gets_its_inputs_there_and_its_outputs_back_and_unk
     // Ids this client has no job of: answered without asking the project.
     std::thread::sleep(Duration::from_millis(500));
     let before = rpc_total(&sim);
-    eprintln!("before: {}", sim.state()["rpc_counts"]);
     let key = id.strip_prefix("boinc/").unwrap().split('/').next().unwrap().to_string();
     for other in [format!("boinc/{key}/blah#home_bl_other_1.0_1#1"), format!("boinc/{key}/bob~blah#x#1")] {
         let r = blah(&mut g, BlahCommand::JobStatus { job_id: other.clone() });
