@@ -504,3 +504,80 @@ fn a_three_step_sequence_with_a_relocated_step_ends_in_the_exact_state() {
     assert_eq!(std::fs::read_to_string(out.join("state")).unwrap(), stepped("seq", 3));
     assert!(!log_text(dir.path()).contains(&real.auth), "the authenticator never reaches the log");
 }
+
+/// The second tier on the real server: `serve` holds the key, a client
+/// with only a token reaches the project through `connect` in both
+/// dialects, from a directory outside its area, with its files both ways.
+#[test]
+#[ignore = "needs a real BOINC server: deploy/real-boinc-test/run"]
+fn a_job_in_each_dialect_through_serve_and_connect_with_files_both_ways() {
+    use common::serve::{add_client_of, serve};
+    let real = real();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let token = add_client_of(dir.path(), &tokens, &real.url, &real.auth_file, "rbci");
+    let s = serve(dir.path(), &tokens, &[]);
+    let local = dir.path().join("first tier");
+    std::fs::create_dir_all(local.join("outs")).unwrap();
+
+    // BOINC_*: the client's key is not sent; the second tier's is used.
+    let mut g = s.connect(&token, &local, &[]);
+    assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
+    let select = Request::SelectProject { url: real.url.clone(), authenticator: Authenticator::new("not-the-key") };
+    assert_eq!(g.command(&select).unwrap(), ["S"]);
+    let name = format!("rbci_serve_{}", real.tag);
+    let state = state_file(&local, "state 0.txt", "serve");
+    let args = owned(&["two words", "it's"]);
+    let r = call(
+        &mut g,
+        AsyncCommand::Submit(batch(&name, "stepper", vec![(args.clone(), vec![InputFile { src: state, dst_name: "state".into() }])])),
+    );
+    assert_eq!(r, ["NULL"], "BOINC_SUBMIT through serve");
+    let jobs = wait_batch(&real, &mut g, &name);
+    assert_eq!(jobs, [(format!("{name}#0.0"), "DONE".to_string())]);
+    let outs = local.join("outs");
+    let fetch = FetchOutput {
+        job_name: format!("{name}#0.0"),
+        dir: outs.clone(),
+        stderr_file: "stderr.txt".into(),
+        mode: FetchMode::Some,
+        specs: vec![OutputSpec { src: "state".into(), dst: "state out.txt".into() }],
+    };
+    let r = call(&mut g, AsyncCommand::FetchOutput(fetch));
+    assert_eq!(r[..2], ["NULL", "0"], "fetch: {r:?}");
+    assert_eq!(std::fs::read_to_string(outs.join("state out.txt")).unwrap(), stepped("serve", 1));
+    assert_eq!(argv_of(&std::fs::read_to_string(outs.join("stderr.txt")).unwrap()), args);
+
+    // On the project the batch carries the client's prefix.
+    let direct_dir = dir.path().join("direct");
+    std::fs::create_dir_all(&direct_dir).unwrap();
+    let mut direct = daemon(&real, &direct_dir, "");
+    let r = call(&mut direct, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec![format!("rbci~{name}")] });
+    assert_eq!(r[0], "NULL", "the project has rbci~{name}: {r:?}");
+    assert_eq!(r[3..], [format!("rbci~{name}#0.0"), "DONE".to_string()]);
+    retire(&mut g, &name);
+
+    // BLAH_*: the job's project is the client's first; inputs go up from
+    // its Iwd and outputs come back there before status 4 is read.
+    let iwd = local.join("blah job");
+    std::fs::create_dir_all(&iwd).unwrap();
+    state_file(&iwd, "state", "sblah");
+    let ad = job_ad(
+        &iwd,
+        &format!("rbci_sblah_{}", real.tag),
+        &[
+            ("BoincApp", Value::Str("stepper".into())),
+            ("Arguments", Value::Str(format_args_v2(&["two words"]))),
+            ("TransferInput", Value::Str(iwd.join("state").display().to_string())),
+            ("Out", Value::Str("job.out".into())),
+            ("Err", Value::Str("job.err".into())),
+        ],
+    );
+    let r = blah(&mut g, BlahCommand::JobSubmit { ad });
+    assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+    let (st, ad) = wait_blah_final(&real, &mut g, &r[2]);
+    assert_eq!(st, 4, "completed: {ad}");
+    assert_eq!(std::fs::read_to_string(iwd.join("state")).unwrap(), stepped("sblah", 1));
+    assert_eq!(argv_of(&std::fs::read_to_string(iwd.join("job.err")).unwrap()), ["two words"]);
+    assert!(!s.log_text().contains(&real.auth), "the authenticator never reaches serve's log");
+}

@@ -19,9 +19,14 @@ pub fn boinc_gahp() -> &'static Path {
 pub fn add_client(dir: &Path, tokens: &Path, sim: &Sim, name: &str) -> PathBuf {
     let auth = dir.join(format!("{name}.auth"));
     std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
+    add_client_of(dir, tokens, &sim.url, &auth, name)
+}
+
+/// `token add NAME --project URL=AUTH_FILE`; returns the token file's path.
+pub fn add_client_of(dir: &Path, tokens: &Path, url: &str, auth_file: &Path, name: &str) -> PathBuf {
     let out = Command::new(boinc_gahp())
         .args(["token", "add", name, "--tokens", tokens.to_str().unwrap(), "--project"])
-        .arg(format!("{}={}", sim.url, auth.display()))
+        .arg(format!("{url}={}", auth_file.display()))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
