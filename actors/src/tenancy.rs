@@ -13,6 +13,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use gahp_protocol::classad::{ClassAd, Value};
+use gahp_protocol::gahp::escape::escape_into;
 use gahp_protocol::gahp::sequence::SequenceCommand;
 use gahp_protocol::gahp::{AsyncCommand, BlahCommand, Request};
 
@@ -200,10 +201,12 @@ impl Tenancy {
 
     /// A result line as the client sees it: its names without the prefix,
     /// its paths relative to its area as it gave them (an error text names
-    /// no directory of this host).
+    /// no directory of this host). The line is escaped, so the area is
+    /// looked for as escaped (a state directory with a space in it).
     pub fn unname(&self, line: &[u8]) -> Vec<u8> {
-        let area = format!("{}/", self.files.display());
-        remove_all(&remove_all(line, self.prefix().as_bytes()), area.as_bytes())
+        let mut area = Vec::new();
+        escape_into(format!("{}/", self.files.display()).as_bytes(), &mut area);
+        remove_all(&remove_all(line, self.prefix().as_bytes()), &area)
     }
 }
 
@@ -279,6 +282,9 @@ mod tests {
         assert_eq!(t.unname(b"1 can't\\ open\\ /srv/clients/alice/files/out/err"), b"1 can't\\ open\\ out/err");
         // Another client's prefix is left alone: it names nothing of alice's.
         assert_eq!(t.unname(b"bob~j1"), b"bob~j1");
+        // An area with a space in its path appears escaped in a line.
+        let spaced = Tenancy { files: "/srv/boinc gahp/clients/alice/files".into(), ..alice() };
+        assert_eq!(spaced.unname(b"1 can't\\ open\\ /srv/boinc\\ gahp/clients/alice/files/out/err"), b"1 can't\\ open\\ out/err");
     }
 
     #[test]
