@@ -128,94 +128,12 @@ pub fn quote_args(args: &[String]) -> Result<Vec<String>, ArgRefused> {
     args.iter().enumerate().map(|(i, a)| quote_arg(a).map_err(|why| ArgRefused { position: i + 1, arg: a.clone(), why })).collect()
 }
 
-/// Splits a command line into words the way BOINC's `parse_command_line()`
-/// does (the client making the app's argv; `create_work` reading a job
-/// line): whitespace separates words; a word that *starts* with `"` or `'`
-/// runs to the next identical quote, the character right after the opening
-/// quote being taken into the word whatever it is (so `''` does not close);
-/// a quote elsewhere is an ordinary character; the character after a
-/// closing quote starts a new word; an unclosed quote runs to the end. No
-/// escapes.
-/// The test oracle here; the simulated project has its own for its hosts.
-#[cfg(test)]
-fn split(s: &str) -> Vec<String> {
-    enum State {
-        Between,
-        /// Just past an opening quote: the next character is the word's.
-        Opened(char),
-        Quoted(char),
-        Unquoted,
-    }
-    let mut words = Vec::new();
-    let mut cur = String::new();
-    let mut state = State::Between;
-    for c in s.chars() {
-        match state {
-            State::Between => {
-                if is_c_space(c) {
-                } else if c == '\'' || c == '"' {
-                    state = State::Opened(c);
-                } else {
-                    cur.push(c);
-                    state = State::Unquoted;
-                }
-            }
-            State::Opened(q) => {
-                cur.push(c);
-                state = State::Quoted(q);
-            }
-            State::Quoted(q) => {
-                if c == q {
-                    words.push(std::mem::take(&mut cur));
-                    state = State::Between;
-                } else {
-                    cur.push(c);
-                }
-            }
-            State::Unquoted => {
-                if is_c_space(c) {
-                    words.push(std::mem::take(&mut cur));
-                    state = State::Between;
-                } else {
-                    cur.push(c);
-                }
-            }
-        }
-    }
-    if !matches!(state, State::Between) {
-        words.push(cur);
-    }
-    words
-}
-
-/// BOINC's `xml_unescape` as the client applies it to `<command_line>`:
-/// the five named entities and decimal `&#N;` (the test oracle, ASCII only).
-#[cfg(test)]
-fn xml_unescape(s: &str) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find('&') {
-        out.push_str(&rest[..i]);
-        rest = &rest[i..];
-        let named = [("&lt;", '<'), ("&gt;", '>'), ("&quot;", '"'), ("&apos;", '\''), ("&amp;", '&')];
-        if let Some((e, c)) = named.iter().find(|(e, _)| rest.starts_with(e)) {
-            out.push(*c);
-            rest = &rest[e.len()..];
-        } else if let Some(num) = rest.strip_prefix("&#").and_then(|r| r.split_once(';')) {
-            out.push(char::from_u32(num.0.parse().unwrap()).unwrap());
-            rest = num.1;
-        } else {
-            out.push('&');
-            rest = &rest[1..];
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    // The oracle is what the simulated project's hosts do, as a real
+    // BOINC client does: unescape the stored text, then split it.
+    use boinc_sim::apps::{split_command_line as split, xml_unescape};
 
     /// What the app's argv would be on a real server, from the text PHP
     /// receives: create_work's split of the PHP wrapper (it must stay one
@@ -280,14 +198,5 @@ mod tests {
         let e = quote_args(&[long]).unwrap_err().to_string();
         assert!(!e.contains('\n') && e.len() < 300, "{e}");
         assert!(e.contains("...) can't be passed"), "{e}");
-    }
-
-    #[test]
-    fn split_is_boincs() {
-        assert_eq!(split("a 'b c' \"d e\" f\"g h"), ["a", "b c", "d e", "f\"g", "h"]);
-        assert_eq!(split("'a' x'y 'un closed"), ["a", "x'y", "un closed"]);
-        // Seen on a real server: `''` does not close.
-        assert_eq!(split("lt< '' x y"), ["lt<", "' x y"]);
-        assert_eq!(split(" --command_line \"alpha \"two words\" gamma\""), ["--command_line", "alpha ", "two", "words\"", "gamma\""]);
     }
 }
