@@ -210,6 +210,7 @@ fn remove_stale(dir: &Path, age: std::time::Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::project::output_fetcher::tests::zip_with;
     use std::io::Write;
 
     #[test]
@@ -247,17 +248,6 @@ mod tests {
         assert_eq!(hex_md5(b"888febac2c12d6e100ca4167792fa46610"), "cb38e0e4e4082767cbf77b211ba7eabc");
     }
 
-    fn zip_of(entries: &[(&str, &[u8])]) -> NamedTempFile {
-        let tmp = NamedTempFile::new().unwrap();
-        let mut w = zip::ZipWriter::new(tmp.reopen().unwrap());
-        for (name, data) in entries {
-            w.start_file(*name, zip::write::SimpleFileOptions::default()).unwrap();
-            w.write_all(data).unwrap();
-        }
-        w.finish().unwrap();
-        tmp
-    }
-
     fn jobs(names: &[&str]) -> HashSet<String> {
         names.iter().map(|n| n.to_string()).collect()
     }
@@ -265,7 +255,7 @@ mod tests {
     #[test]
     fn extracts_the_outputs_of_the_jobs_asked_for() {
         let dir = tempfile::tempdir().unwrap();
-        let z = zip_of(&[("a_0_r1_0", b"A0"), ("a_0_r1_1", b"A1"), ("b_0_r2_0", b"B0"), ("c_1_r3_0", b"C0")]);
+        let z = zip_with(&[("a_0_r1_0", b"A0"), ("a_0_r1_1", b"A1"), ("b_0_r2_0", b"B0"), ("c_1_r3_0", b"C0")]);
         let mut zip = BatchZip::open(z, &jobs(&["a", "b"])).unwrap();
         let dest = dir.path().join("out");
         assert!(zip.extract("a", 1, &dest).unwrap());
@@ -279,7 +269,7 @@ mod tests {
     #[test]
     fn hostile_zips_are_refused_whole() {
         for bad in ["../a_0_r1_0", "x/a_0_r1_0", "x\\a_0_r1_0", "a..b", "a\0_0_r1_0"] {
-            let z = zip_of(&[("a_0_r1_0", b"A"), (bad, b"evil")]);
+            let z = zip_with(&[("a_0_r1_0", b"A"), (bad, b"evil")]);
             assert!(matches!(BatchZip::open(z, &jobs(&["a"])), Err(BatchZipError::UnsafeEntry(_))), "{bad:?}");
         }
         let garbage = NamedTempFile::new().unwrap();
@@ -307,7 +297,7 @@ mod tests {
     #[test]
     fn a_doubled_entry_is_left_to_the_job_by_job_path() {
         let dir = tempfile::tempdir().unwrap();
-        let z = zip_of(&[("a_0_r1_0", b"one"), ("a_1_r2_0", b"two"), ("b_0_r3_0", b"B")]);
+        let z = zip_with(&[("a_0_r1_0", b"one"), ("a_1_r2_0", b"two"), ("b_0_r3_0", b"B")]);
         let mut zip = BatchZip::open(z, &jobs(&["a", "b"])).unwrap();
         assert!(!zip.extract("a", 0, &dir.path().join("x")).unwrap());
         assert!(zip.extract("b", 0, &dir.path().join("x")).unwrap());

@@ -250,10 +250,12 @@ pub fn extract_zip(zip_path: &Path, dir: &Path) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn zip_with(entries: &[(&str, &[u8])]) -> tempfile::NamedTempFile {
+    /// A zip file of `entries` (name, content), as a project's
+    /// `get_output` sends (the BLAH side's tests use it too).
+    pub(crate) fn zip_with(entries: &[(&str, &[u8])]) -> tempfile::NamedTempFile {
         let tmp = tempfile::NamedTempFile::new().unwrap();
         let mut w = zip::ZipWriter::new(tmp.reopen().unwrap());
         for (name, data) in entries {
