@@ -1,7 +1,8 @@
-//! Writes the man page `boinc_gahp.1` into the directory given as the only
-//! argument. The synopsis and options come from the daemon's clap
-//! definition (`src/cli.rs`), so the page cannot drift from the binary;
-//! the sections clap does not model (how HTCondor runs the daemon, its
+//! Writes the man pages `boinc_gahp.1`, `boinc-sim.1` and `gahp-chaos.1`
+//! into the directory given as the only argument. The synopsis and options
+//! come from each program's clap definition (`src/cli.rs`, `sim/src/cli.rs`,
+//! `chaos/src/cli.rs`), so a page cannot drift from its binary; the
+//! sections clap does not model (how HTCondor runs the daemon, its
 //! environment and files) are added here.
 
 #![forbid(unsafe_code)]
@@ -14,8 +15,6 @@ use boinc_gahp::cli::Cli;
 use clap::CommandFactory;
 use clap_mangen::roff::{bold, italic, roman, Inline, Roff};
 use clap_mangen::Man;
-
-const PAGE: &str = "boinc_gahp.1";
 
 /// A section of paragraphs, each a run of styled pieces.
 fn section(roff: &mut Roff, title: &str, paragraphs: Vec<Vec<Inline>>) {
@@ -36,7 +35,32 @@ fn tagged(roff: &mut Roff, title: &str, entries: &[(&str, &str)]) {
     }
 }
 
-fn render(w: &mut dyn Write) -> io::Result<()> {
+/// The page of a tool of the boinc-gahp-tools package: what clap knows,
+/// and where to read more.
+fn render_tool(cmd: clap::Command, w: &mut dyn Write) -> io::Result<()> {
+    let man =
+        Man::new(cmd.version(env!("CARGO_PKG_VERSION"))).manual("boinc-gahp").source(concat!("boinc-gahp ", env!("CARGO_PKG_VERSION")));
+    man.render_title(w)?;
+    man.render_name_section(w)?;
+    man.render_synopsis_section(w)?;
+    man.render_description_section(w)?;
+    man.render_options_section(w)?;
+    let mut roff = Roff::new();
+    section(
+        &mut roff,
+        "SEE ALSO",
+        vec![vec![
+            bold("boinc_gahp"),
+            roman("(1); the README in "),
+            italic("/usr/share/doc/boinc-gahp/"),
+            roman(" (its sections on the simulated project and on chaos testing)."),
+        ]],
+    );
+    roff.to_writer(w)?;
+    man.render_version_section(w)
+}
+
+fn render_daemon(w: &mut dyn Write) -> io::Result<()> {
     let cmd = Cli::command().version(env!("CARGO_PKG_VERSION"));
     let has_subcommands = cmd.get_subcommands().next().is_some();
     let man = Man::new(cmd).manual("boinc-gahp").source(concat!("boinc-gahp ", env!("CARGO_PKG_VERSION")));
@@ -137,21 +161,28 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
     let dir = PathBuf::from(dir);
-    let dest = dir.join(PAGE);
     // A fresh checkout has no target/man yet.
     if let Err(e) = std::fs::create_dir_all(&dir) {
         eprintln!("boinc-gahp-manpage: can't make {}: {e}", dir.display());
         return ExitCode::FAILURE;
     }
-    match gahp_actors::atomic_file::write_whole(&dest, |f| {
-        let mut w = io::BufWriter::new(f);
-        render(&mut w)?;
-        w.flush()
-    }) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+    type Render = Box<dyn Fn(&mut dyn Write) -> io::Result<()>>;
+    let pages: [(&str, Render); 3] = [
+        ("boinc_gahp.1", Box::new(render_daemon)),
+        ("boinc-sim.1", Box::new(|w: &mut dyn Write| render_tool(boinc_sim::cli::Cli::command(), w))),
+        ("gahp-chaos.1", Box::new(|w: &mut dyn Write| render_tool(gahp_chaos::cli::Cli::command(), w))),
+    ];
+    for (page, render) in pages {
+        let dest = dir.join(page);
+        let written = gahp_actors::atomic_file::write_whole(&dest, |f| {
+            let mut w = io::BufWriter::new(f);
+            render(&mut w)?;
+            w.flush()
+        });
+        if let Err(e) = written {
             eprintln!("boinc-gahp-manpage: can't write {}: {e}", dest.display());
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
     }
+    ExitCode::SUCCESS
 }

@@ -16,7 +16,7 @@ use crate::SimOptions;
 
 #[derive(Debug, Parser)]
 #[command(name = "boinc-sim", about = "A simulated BOINC project on loopback (remote job submission, volunteer hosts, fault injection)")]
-struct Cli {
+pub struct Cli {
     /// Address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
