@@ -65,6 +65,7 @@ fn a_large_upload_held_up_by_its_disk_stalls_no_other_client() {
     let tokens = dir.path().join("tokens.toml");
     let uploader = add_client(dir.path(), &tokens, &sim, "uploader");
     let other = add_client(dir.path(), &tokens, &sim, "other");
+    let quitter = add_client(dir.path(), &tokens, &sim, "quitter");
 
     // The hung file system, in the uploader's upload directory before serve
     // starts (so it is older than serve's first write there).
@@ -147,4 +148,26 @@ fn a_large_upload_held_up_by_its_disk_stalls_no_other_client() {
     assert_eq!(sha256_hex(&stored), sha);
     let left: Vec<_> = std::fs::read_dir(&inputs).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left.len(), 1, "no temporary file and no FIFO left: {left:?}");
+
+    // A client that leaves in the middle of its upload leaves nothing.
+    let mut q = Raw::open(&s, &quitter);
+    let half = noise(3 << 20);
+    q.send(&format!("PUT {} {}\n", sha256_hex(&half), half.len() * 2));
+    q.tls.write_all(&half).unwrap();
+    q.tls.flush().unwrap();
+    let its_inputs = s.files("quitter").join(".transfer/in");
+    let until = Instant::now() + Duration::from_secs(60);
+    let temp_files = || std::fs::read_dir(&its_inputs).map(|d| d.count()).unwrap_or(0);
+    while temp_files() == 0 {
+        assert!(Instant::now() < until, "the upload never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(q);
+    while temp_files() > 0 {
+        assert!(Instant::now() < until, "the half upload's temporary file stayed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The others go on.
+    b.send("COMMANDS\r\n");
+    assert!(b.line().starts_with("S "));
 }

@@ -173,8 +173,9 @@ pub async fn send_file(w: &mut (impl tokio::io::AsyncWrite + Unpin), header: &[u
 pub const UPLOAD_CHUNK: usize = 64 << 10;
 
 /// Chunks of an upload on their way to its writer: with [`UPLOAD_CHUNK`],
-/// at most 1 MiB of a client's upload is in memory; a disk slower than the
-/// client holds its socket unread (TCP pushes back), not its bytes.
+/// at most 1 MiB of a client's upload waits, and as much is being written;
+/// a disk slower than the client leaves its socket unread (TCP pushes
+/// back), not its bytes in memory.
 const UPLOAD_CHUNKS_IN_FLIGHT: usize = 16;
 
 /// One connection's file commands, in the client's area. The serving
@@ -201,6 +202,40 @@ enum Upload {
     Refused(String),
     /// Its bytes go to `chunks`; `done` stores the file once they stop.
     Writing { chunks: mpsc::Sender<Bytes>, done: tokio::task::JoinHandle<Result<(), String>> },
+}
+
+/// An upload's temporary file and what came so far, moved to a blocking
+/// thread for each write and back.
+struct Sink {
+    tmp: tempfile::NamedTempFile,
+    hasher: Sha256,
+    got: u64,
+}
+
+impl Sink {
+    fn create(dest: &Path) -> Result<Sink, String> {
+        let tmp = dest
+            .parent()
+            .map(std::fs::create_dir_all)
+            .transpose()
+            .and_then(|_| gahp_actors::atomic_file::temp_beside(dest))
+            .map_err(|e| format!("can't store it: {e}"))?;
+        Ok(Sink { tmp, hasher: Sha256::new(), got: 0 })
+    }
+
+    fn write(mut self, batch: Vec<Bytes>) -> Result<Sink, String> {
+        for chunk in batch {
+            self.got += chunk.len() as u64;
+            self.hasher.update(&chunk);
+            self.tmp.as_file_mut().write_all(&chunk).map_err(|e| format!("can't store it: {e}"))?;
+        }
+        Ok(self)
+    }
+}
+
+/// `f` on a blocking thread.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| format!("can't store it: {e}"))?
 }
 
 /// A file command done: its `FILES S` arguments, or a file to send.
@@ -297,7 +332,7 @@ impl Transfer {
                 self.upload = Some(if is_sha256(&sha) {
                     let (chunks, rx) = mpsc::channel(UPLOAD_CHUNKS_IN_FLIGHT);
                     let area = self.area.clone();
-                    let done = tokio::task::spawn_blocking(move || area.receive(&sha, size, rx));
+                    let done = actix_rt::spawn(area.receive(sha, size, rx));
                     Upload::Writing { chunks, done }
                 } else {
                     Upload::Refused("bad SHA-256".into())
@@ -419,31 +454,37 @@ impl Area {
 
     /// An upload's bytes as they come, into a temporary file; once they
     /// stop, checked against the size and SHA-256 announced and renamed
-    /// to its content name (whole or not at all). On a blocking thread.
-    fn receive(&self, sha256: &str, size: u64, mut chunks: mpsc::Receiver<Bytes>) -> Result<(), String> {
-        let dest = self.root.join(content_path(sha256));
-        let mut tmp = dest
-            .parent()
-            .map(std::fs::create_dir_all)
-            .transpose()
-            .and_then(|_| gahp_actors::atomic_file::temp_beside(&dest))
-            .map_err(|e| format!("can't store it: {e}"))?;
-        let (mut hasher, mut got) = (Sha256::new(), 0u64);
-        while let Some(chunk) = chunks.blocking_recv() {
-            got += chunk.len() as u64;
-            hasher.update(&chunk);
-            tmp.as_file_mut().write_all(&chunk).map_err(|e| format!("can't store it: {e}"))?;
+    /// to its content name (whole or not at all). The disk work runs on
+    /// blocking threads, one batch of chunks at a time; waiting for the
+    /// client's bytes holds none (a client that stops mid-upload costs a
+    /// task and its buffers until its connection ends).
+    async fn receive(self: Arc<Self>, sha256: String, size: u64, mut chunks: mpsc::Receiver<Bytes>) -> Result<(), String> {
+        let dest = self.root.join(content_path(&sha256));
+        let to = dest.clone();
+        let mut sink = blocking(move || Sink::create(&to)).await?;
+        while let Some(first) = chunks.recv().await {
+            // Whatever else is queued goes in the same call.
+            let mut batch = vec![first];
+            while let Ok(more) = chunks.try_recv() {
+                batch.push(more);
+            }
+            sink = blocking(move || sink.write(batch)).await?;
         }
-        if got != size {
-            return Err(format!("{got} bytes came, {size} were announced"));
-        }
-        let digest = hex(&hasher.finalize());
-        if digest != sha256 {
-            return Err(format!("the content's SHA-256 is {digest}, not {sha256}"));
-        }
-        gahp_actors::atomic_file::persist(tmp, &dest).map_err(|e| format!("can't store it: {e}"))?;
-        tracing::info!(client = %self.tenancy.client, sha256, bytes = size, "stored an uploaded input");
-        Ok(())
+        let area = self.clone();
+        blocking(move || {
+            let Sink { tmp, hasher, got } = sink;
+            if got != size {
+                return Err(format!("{got} bytes came, {size} were announced"));
+            }
+            let digest = hex(&hasher.finalize());
+            if digest != sha256 {
+                return Err(format!("the content's SHA-256 is {digest}, not {sha256}"));
+            }
+            gahp_actors::atomic_file::persist(tmp, &dest).map_err(|e| format!("can't store it: {e}"))?;
+            tracing::info!(client = %area.tenancy.client, sha256, bytes = size, "stored an uploaded input");
+            Ok(())
+        })
+        .await
     }
 
     fn observe(&self, line: &[u8]) {
