@@ -166,7 +166,7 @@ impl Raw {
     pub fn line(&mut self) -> String {
         let mut line = Vec::new();
         let mut b = [0u8; 1];
-        while self.tls.read(&mut b).unwrap() == 1 && b[0] != b'\n' {
+        while self.tls.read(&mut b).expect("a line from serve within the read timeout") == 1 && b[0] != b'\n' {
             line.push(b[0]);
         }
         String::from_utf8_lossy(&line).trim_end().to_string()
