@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -38,49 +36,6 @@ fn fetch(job: &str, dir: &Path, dst: &str) -> AsyncCommand {
         mode: FetchMode::Some,
         specs: vec![OutputSpec { src: "out".into(), dst: dst.into() }],
     })
-}
-
-/// A raw TLS connection that has sent `AUTH` and `FILES 1` and read the
-/// banner; `answer` reads the next `FILES` line.
-struct Raw {
-    tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
-}
-
-impl Raw {
-    fn open(s: &Serve, token_file: &Path) -> Raw {
-        let mut raw = Raw { tls: s.tls() };
-        let token = std::fs::read_to_string(token_file).unwrap();
-        raw.send(&format!("AUTH {}\r\n", token.trim()));
-        assert_eq!(raw.line(), "S");
-        assert!(raw.line().starts_with("$GahpVersion"));
-        raw.send("FILES 1\n");
-        assert_eq!(raw.line(), "FILES S");
-        raw
-    }
-
-    fn send(&mut self, text: &str) {
-        self.tls.write_all(text.as_bytes()).unwrap();
-        self.tls.flush().unwrap();
-    }
-
-    fn line(&mut self) -> String {
-        let mut line = Vec::new();
-        let mut b = [0u8; 1];
-        while self.tls.read(&mut b).unwrap() == 1 && b[0] != b'\n' {
-            line.push(b[0]);
-        }
-        String::from_utf8_lossy(&line).trim_end().to_string()
-    }
-
-    /// `GET`: the file's bytes, or the refusal line.
-    fn get(&mut self, path: &str) -> Result<Vec<u8>, String> {
-        self.send(&format!("GET {}\n", path.replace(' ', "\\ ")));
-        let line = self.line();
-        let size: usize = line.strip_prefix("FILES S ").ok_or(line.clone())?.parse().unwrap();
-        let mut bytes = vec![0u8; size];
-        self.tls.read_exact(&mut bytes).unwrap();
-        Ok(bytes)
-    }
 }
 
 fn eventually(what: &str, mut ok: impl FnMut() -> bool) {

@@ -13,6 +13,7 @@
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
@@ -114,7 +115,8 @@ impl Decoder for ServeDecoder {
             if src.is_empty() {
                 return Ok(None);
             }
-            let n = src.len().min(usize::try_from(self.body_left).unwrap_or(usize::MAX));
+            // Bounded chunks: each is one message to the upload's writer.
+            let n = src.len().min(UPLOAD_CHUNK).min(usize::try_from(self.body_left).unwrap_or(usize::MAX));
             self.body_left -= n as u64;
             self.end_pending = self.body_left == 0;
             return Ok(Some(Incoming::Body(src.split_to(n).freeze())));
@@ -167,22 +169,79 @@ pub async fn send_file(w: &mut (impl tokio::io::AsyncWrite + Unpin), header: &[u
     Ok(())
 }
 
-/// One connection's file commands, in the client's area.
+/// The most bytes of an upload one chunk carries to its writer.
+pub const UPLOAD_CHUNK: usize = 64 << 10;
+
+/// Chunks of an upload on their way to its writer: with [`UPLOAD_CHUNK`],
+/// at most 1 MiB of a client's upload waits, and as much is being written;
+/// a disk slower than the client leaves its socket unread (TCP pushes
+/// back), not its bytes in memory.
+const UPLOAD_CHUNKS_IN_FLIGHT: usize = 16;
+
+/// One connection's file commands, in the client's area. The serving
+/// thread only parses them: whatever touches the disk (an upload's writes,
+/// its digest, sync and rename, copies, listings, opening a file to send)
+/// runs on a blocking thread, and the connection's next line waits for it,
+/// so one client's slow disk or large file stalls no other client.
 pub struct Transfer {
-    area: PathBuf,
-    tenancy: Tenancy,
+    area: Arc<Area>,
     out: mpsc::UnboundedSender<Outgoing>,
     upload: Option<Upload>,
     on: bool,
 }
 
-struct Upload {
-    sha256: String,
-    size: u64,
-    got: u64,
+/// The client's area, for the blocking threads.
+struct Area {
+    root: PathBuf,
+    tenancy: Tenancy,
+}
+
+/// The `PUT` whose bytes are coming.
+enum Upload {
+    /// Refused already: its bytes are read and dropped, then this answered.
+    Refused(String),
+    /// Its bytes go to `chunks`; `done` stores the file once they stop.
+    Writing { chunks: mpsc::Sender<Bytes>, done: tokio::task::JoinHandle<Result<(), String>> },
+}
+
+/// An upload's temporary file and what came so far, moved to a blocking
+/// thread for each write and back.
+struct Sink {
+    tmp: tempfile::NamedTempFile,
     hasher: Sha256,
-    tmp: Option<tempfile::NamedTempFile>,
-    failed: Option<String>,
+    got: u64,
+}
+
+impl Sink {
+    fn create(dest: &Path) -> Result<Sink, String> {
+        let tmp = dest
+            .parent()
+            .map(std::fs::create_dir_all)
+            .transpose()
+            .and_then(|_| gahp_actors::atomic_file::temp_beside(dest))
+            .map_err(|e| format!("can't store it: {e}"))?;
+        Ok(Sink { tmp, hasher: Sha256::new(), got: 0 })
+    }
+
+    fn write(mut self, batch: Vec<Bytes>) -> Result<Sink, String> {
+        for chunk in batch {
+            self.got += chunk.len() as u64;
+            self.hasher.update(&chunk);
+            self.tmp.as_file_mut().write_all(&chunk).map_err(|e| format!("can't store it: {e}"))?;
+        }
+        Ok(self)
+    }
+}
+
+/// `f` on a blocking thread.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, String> + Send + 'static) -> Result<T, String> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| format!("can't store it: {e}"))?
+}
+
+/// A file command done: its `FILES S` arguments, or a file to send.
+enum Done {
+    Answer(Vec<Vec<u8>>),
+    File { file: std::fs::File, size: u64 },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -195,9 +254,17 @@ enum Refused {
     Path(#[from] gahp_actors::tenancy::Refusal),
 }
 
+fn arg(args: &[Vec<u8>], i: usize) -> Result<&[u8], Refused> {
+    args.get(i).map(Vec::as_slice).ok_or(Refused::Usage("missing arguments"))
+}
+
+fn text(args: &[Vec<u8>], i: usize) -> Result<&str, Refused> {
+    std::str::from_utf8(arg(args, i)?).map_err(|_| Refused::Usage("not UTF-8"))
+}
+
 impl Transfer {
     pub fn new(tenancy: Tenancy, out: mpsc::UnboundedSender<Outgoing>) -> Self {
-        Transfer { area: tenancy.files.clone(), tenancy, out, upload: None, on: false }
+        Transfer { area: Arc::new(Area { root: tenancy.files.clone(), tenancy }), out, upload: None, on: false }
     }
 
     fn answer(&self, ok: bool, args: &[Vec<u8>]) {
@@ -215,101 +282,136 @@ impl Transfer {
         self.answer(false, &[why.as_bytes().to_vec()]);
     }
 
+    /// A file command, an upload's bytes or its end. Returns once what it
+    /// asked of the disk is done (and answered).
+    pub async fn handle(&mut self, item: Incoming) {
+        match item {
+            Incoming::Gahp(_) => {}
+            Incoming::File(line) => {
+                let args = split_args(&line);
+                let word = String::from_utf8_lossy(args.first().map(Vec::as_slice).unwrap_or_default()).into_owned();
+                if let Err(e) = self.command(args).await {
+                    tracing::info!(client = %self.area.tenancy.client, "refused a file command {word}: {e}");
+                    self.refuse(&e.to_string());
+                }
+            }
+            Incoming::Body(bytes) => {
+                if let Some(Upload::Writing { chunks, .. }) = &self.upload {
+                    // A writer that failed took no more: its answer says why.
+                    let _ = chunks.send(bytes).await;
+                }
+            }
+            Incoming::BodyEnd => match self.upload.take() {
+                Some(Upload::Refused(why)) => self.refuse(&why),
+                Some(Upload::Writing { chunks, done }) => {
+                    drop(chunks);
+                    match done.await {
+                        Ok(Ok(())) => self.answer(true, &[]),
+                        Ok(Err(why)) => self.refuse(&why),
+                        Err(e) => self.refuse(&format!("can't store it: {e}")),
+                    }
+                }
+                None => {}
+            },
+        }
+    }
+
+    async fn command(&mut self, args: Vec<Vec<u8>>) -> Result<(), Refused> {
+        match arg(&args, 0)? {
+            b"FILES" => {
+                self.on = arg(&args, 1)? == b"1";
+                if !self.on {
+                    return Err(Refused::Usage("only version 1 is spoken"));
+                }
+                self.answer(true, &[]);
+            }
+            b"PUT" => {
+                let sha = text(&args, 1)?.to_string();
+                let size = text(&args, 2)?.parse::<u64>().map_err(|_| Refused::Usage("bad size"))?;
+                // The answer comes after the body (BodyEnd).
+                self.upload = Some(if is_sha256(&sha) {
+                    let (chunks, rx) = mpsc::channel(UPLOAD_CHUNKS_IN_FLIGHT);
+                    let area = self.area.clone();
+                    let done = actix_rt::spawn(area.receive(sha, size, rx));
+                    Upload::Writing { chunks, done }
+                } else {
+                    Upload::Refused("bad SHA-256".into())
+                });
+            }
+            _ => {
+                let area = self.area.clone();
+                let done = tokio::task::spawn_blocking(move || area.command(&args)).await.map_err(io::Error::other)??;
+                match done {
+                    Done::Answer(args) => self.answer(true, &args),
+                    Done::File { file, size } => {
+                        let header = Bytes::from(format!("FILES S {size}\n"));
+                        let _ = self.out.send(Outgoing::File { header, file, size });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A GAHP line the session is about to get: a submit's jobs are noted
+    /// under their batch, and a retire deletes the outputs of its jobs (on
+    /// a blocking thread; the line comes back to go on to the session).
+    pub async fn observe(&self, line: Vec<u8>) -> Vec<u8> {
+        if !self.on {
+            return line;
+        }
+        let word = line.split(|&b| b == b' ').next().unwrap_or_default();
+        let wanted = word.eq_ignore_ascii_case(b"BOINC_SUBMIT") || word.eq_ignore_ascii_case(b"BOINC_RETIRE_BATCH");
+        if !wanted {
+            return line;
+        }
+        let line = Arc::new(line);
+        let (area, seen) = (self.area.clone(), line.clone());
+        let _ = tokio::task::spawn_blocking(move || area.observe(&seen)).await;
+        // The blocking side's copy is gone once it returned (or panicked).
+        Arc::try_unwrap(line).unwrap_or_else(|shared| (*shared).clone())
+    }
+}
+
+impl Area {
     /// A path of the client's, in its area (relative, no `..`).
     fn path(&self, p: &[u8]) -> Result<PathBuf, Refused> {
         use std::os::unix::ffi::OsStrExt;
         Ok(self.tenancy.path(Path::new(std::ffi::OsStr::from_bytes(p)))?)
     }
 
-    pub fn handle(&mut self, item: Incoming) {
-        match item {
-            Incoming::Gahp(_) => {}
-            Incoming::File(line) => {
-                let args = split_args(&line);
-                if let Err(e) = self.command(&args) {
-                    let word = String::from_utf8_lossy(args.first().map(Vec::as_slice).unwrap_or_default()).into_owned();
-                    tracing::info!(client = %self.tenancy.client, "refused a file command {word}: {e}");
-                    self.refuse(&e.to_string());
-                }
-            }
-            Incoming::Body(bytes) => {
-                if let Some(up) = &mut self.upload {
-                    up.got += bytes.len() as u64;
-                    up.hasher.update(&bytes);
-                    if let (Some(tmp), None) = (&mut up.tmp, &up.failed) {
-                        if let Err(e) = tmp.as_file_mut().write_all(&bytes) {
-                            up.failed = Some(format!("can't store it: {e}"));
-                        }
-                    }
-                }
-            }
-            Incoming::BodyEnd => {
-                if let Some(up) = self.upload.take() {
-                    match self.finish(up) {
-                        Ok(()) => self.answer(true, &[]),
-                        Err(e) => self.refuse(&e),
-                    }
-                }
-            }
-        }
-    }
-
-    fn command(&mut self, args: &[Vec<u8>]) -> Result<(), Refused> {
-        let arg = |i: usize| args.get(i).map(Vec::as_slice).ok_or(Refused::Usage("missing arguments"));
-        let text = |i: usize| -> Result<&str, Refused> { std::str::from_utf8(arg(i)?).map_err(|_| Refused::Usage("not UTF-8")) };
-        match args[0].as_slice() {
-            b"FILES" => {
-                self.on = arg(1)? == b"1";
-                if !self.on {
-                    return Err(Refused::Usage("only version 1 is spoken"));
-                }
-                self.answer(true, &[]);
-            }
+    /// A file command other than `FILES` and `PUT`, on a blocking thread.
+    fn command(&self, args: &[Vec<u8>]) -> Result<Done, Refused> {
+        let ok = Ok(Done::Answer(Vec::new()));
+        match arg(args, 0)? {
             b"HAVE" => {
-                let (sha, size) = (text(1)?, text(2)?.parse::<u64>().map_err(|_| Refused::Usage("bad size"))?);
+                let (sha, size) = (text(args, 1)?, text(args, 2)?.parse::<u64>().map_err(|_| Refused::Usage("bad size"))?);
                 if !is_sha256(sha) {
                     return Err(Refused::Usage("bad SHA-256"));
                 }
-                let path = self.area.join(content_path(sha));
+                let path = self.root.join(content_path(sha));
                 match std::fs::metadata(&path) {
                     Ok(m) if m.is_file() && m.len() == size => {
                         // Used again: it stays for another retention.
                         let _ = std::fs::File::options().append(true).open(&path).and_then(|f| f.set_modified(SystemTime::now()));
-                        self.answer(true, &[]);
+                        ok
                     }
-                    _ => self.refuse("not here"),
+                    _ => Err(Refused::Usage("not here")),
                 }
-            }
-            b"PUT" => {
-                let sha = text(1)?.to_string();
-                let size = text(2)?.parse::<u64>().map_err(|_| Refused::Usage("bad size"))?;
-                let mut up = Upload { sha256: sha, size, got: 0, hasher: Sha256::new(), tmp: None, failed: None };
-                if !is_sha256(&up.sha256) {
-                    up.failed = Some("bad SHA-256".into());
-                } else {
-                    let dest = self.area.join(content_path(&up.sha256));
-                    match dest.parent().map(std::fs::create_dir_all).transpose().and_then(|_| gahp_actors::atomic_file::temp_beside(&dest))
-                    {
-                        Ok(tmp) => up.tmp = Some(tmp),
-                        Err(e) => up.failed = Some(format!("can't store it: {e}")),
-                    }
-                }
-                // The answer comes after the body (BodyEnd).
-                self.upload = Some(up);
             }
             b"STAGE" => {
-                let sha = text(1)?;
+                let sha = text(args, 1)?;
                 if !is_sha256(sha) {
                     return Err(Refused::Usage("bad SHA-256"));
                 }
-                let to = self.path(arg(2)?)?;
-                let from = self.area.join(content_path(sha));
+                let to = self.path(arg(args, 2)?)?;
+                let from = self.root.join(content_path(sha));
                 if let Some(dir) = to.parent() {
                     std::fs::create_dir_all(dir)?;
                 }
                 // A copy, not a link: the job may not change the stored content.
                 gahp_actors::atomic_file::copy_whole(&from, &to)?;
-                self.answer(true, &[]);
+                ok
             }
             b"FRESH" => {
                 for a in &args[1..] {
@@ -321,68 +423,71 @@ impl Transfer {
                     }
                     std::fs::create_dir_all(&dir)?;
                 }
-                self.answer(true, &[]);
+                ok
             }
             b"MKDIR" => {
                 for a in &args[1..] {
                     std::fs::create_dir_all(self.path(a)?)?;
                 }
-                self.answer(true, &[]);
+                ok
             }
             b"LIST" => {
-                let dir = self.path(arg(1)?)?;
+                let dir = self.path(arg(args, 1)?)?;
                 let mut found = Vec::new();
                 list(&dir, Path::new(""), &mut found)?;
                 found.sort();
-                self.answer(true, &found);
+                Ok(Done::Answer(found))
             }
             b"GET" => {
-                let path = self.path(arg(1)?)?;
+                let path = self.path(arg(args, 1)?)?;
                 let meta = std::fs::symlink_metadata(&path)?;
                 if !meta.is_file() {
                     return Err(Refused::Usage("not a regular file"));
                 }
                 let file = std::fs::File::open(&path)?;
                 let size = file.metadata()?.len();
-                let header = Bytes::from(format!("FILES S {size}\n"));
-                let _ = self.out.send(Outgoing::File { header, file, size });
+                Ok(Done::File { file, size })
             }
-            _ => return Err(Refused::Usage("unknown file command")),
+            _ => Err(Refused::Usage("unknown file command")),
         }
-        Ok(())
     }
 
-    /// A whole upload: its size and SHA-256 as announced, then renamed to
-    /// its content name.
-    fn finish(&self, mut up: Upload) -> Result<(), String> {
-        if let Some(e) = up.failed.take() {
-            return Err(e);
+    /// An upload's bytes as they come, into a temporary file; once they
+    /// stop, checked against the size and SHA-256 announced and renamed
+    /// to its content name (whole or not at all). The disk work runs on
+    /// blocking threads, one batch of chunks at a time; waiting for the
+    /// client's bytes holds none (a client that stops mid-upload costs a
+    /// task and its buffers until its connection ends).
+    async fn receive(self: Arc<Self>, sha256: String, size: u64, mut chunks: mpsc::Receiver<Bytes>) -> Result<(), String> {
+        let dest = self.root.join(content_path(&sha256));
+        let to = dest.clone();
+        let mut sink = blocking(move || Sink::create(&to)).await?;
+        while let Some(first) = chunks.recv().await {
+            // Whatever else is queued goes in the same call.
+            let mut batch = vec![first];
+            while let Ok(more) = chunks.try_recv() {
+                batch.push(more);
+            }
+            sink = blocking(move || sink.write(batch)).await?;
         }
-        if up.got != up.size {
-            return Err(format!("{} bytes came, {} were announced", up.got, up.size));
-        }
-        let got = hex(&up.hasher.finalize());
-        if got != up.sha256 {
-            return Err(format!("the content's SHA-256 is {got}, not {}", up.sha256));
-        }
-        let dest = self.area.join(content_path(&up.sha256));
-        let tmp = up.tmp.take().ok_or("can't store it")?;
-        gahp_actors::atomic_file::persist(tmp, &dest).map_err(|e| format!("can't store it: {e}"))?;
-        tracing::info!(client = %self.tenancy.client, sha256 = %up.sha256, bytes = up.size, "stored an uploaded input");
-        Ok(())
+        let area = self.clone();
+        blocking(move || {
+            let Sink { tmp, hasher, got } = sink;
+            if got != size {
+                return Err(format!("{got} bytes came, {size} were announced"));
+            }
+            let digest = hex(&hasher.finalize());
+            if digest != sha256 {
+                return Err(format!("the content's SHA-256 is {digest}, not {sha256}"));
+            }
+            gahp_actors::atomic_file::persist(tmp, &dest).map_err(|e| format!("can't store it: {e}"))?;
+            tracing::info!(client = %area.tenancy.client, sha256, bytes = size, "stored an uploaded input");
+            Ok(())
+        })
+        .await
     }
 
-    /// A GAHP line the session is about to get: a submit's jobs are noted
-    /// under their batch, and a retire deletes the outputs of its jobs.
-    pub fn observe(&self, line: &[u8]) {
-        if !self.on {
-            return;
-        }
-        let word = line.split(|&b| b == b' ').next().unwrap_or_default();
-        let wanted = word.eq_ignore_ascii_case(b"BOINC_SUBMIT") || word.eq_ignore_ascii_case(b"BOINC_RETIRE_BATCH");
-        if !wanted {
-            return;
-        }
+    fn observe(&self, line: &[u8]) {
         let done = match gahp::request::parse(line) {
             Ok(Request::Async { command: AsyncCommand::Submit(s), .. }) => {
                 let index = self.batch_index(&s.batch_name);
@@ -405,7 +510,7 @@ impl Transfer {
     }
 
     fn batch_index(&self, batch: &str) -> PathBuf {
-        self.area.join(DIR).join("batches").join(key(batch))
+        self.root.join(DIR).join("batches").join(key(batch))
     }
 
     fn retire(&self, batch: &str) -> io::Result<()> {
@@ -418,7 +523,7 @@ impl Transfer {
         };
         let mut removed = 0;
         for job in text.lines().filter(|k| k.len() == 32 && k.bytes().all(|b| b.is_ascii_hexdigit())) {
-            if std::fs::remove_dir_all(self.area.join(DIR).join("out").join(job)).is_ok() {
+            if std::fs::remove_dir_all(self.root.join(DIR).join("out").join(job)).is_ok() {
                 removed += 1;
             }
         }

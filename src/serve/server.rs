@@ -180,7 +180,9 @@ pub async fn run(server: Server, listener: TcpListener) {
     let (clients, keep) = (shared.server.base.state_dir.join("clients"), shared.server.keep_files);
     actix_rt::spawn(async move {
         loop {
-            let gone = files::sweep(&clients, keep);
+            // A sweep reads every client's directories: not on the serving thread.
+            let dir = clients.clone();
+            let gone = tokio::task::spawn_blocking(move || files::sweep(&dir, keep)).await.unwrap_or(0);
             if gone > 0 {
                 tracing::info!(entries = gone, "deleted transferred files kept longer than the retention");
             }
@@ -368,7 +370,7 @@ async fn read_requests(
         let frame = match next {
             // A file's bytes are not request lines.
             Ok(Some(Ok(body @ (Incoming::Body(_) | Incoming::BodyEnd)))) => {
-                transfer.handle(body);
+                transfer.handle(body).await;
                 continue;
             }
             Ok(Some(f)) => f,
@@ -388,14 +390,10 @@ async fn read_requests(
         }
         budget -= 1.0;
         let frame = match frame {
-            Ok(Incoming::Gahp(frame)) => {
-                if let Frame::Line(line) = &frame {
-                    transfer.observe(line);
-                }
-                Ok(frame)
-            }
+            Ok(Incoming::Gahp(Frame::Line(line))) => Ok(Frame::Line(transfer.observe(line).await)),
+            Ok(Incoming::Gahp(frame)) => Ok(frame),
             Ok(file) => {
-                transfer.handle(file);
+                transfer.handle(file).await;
                 continue;
             }
             Err(e) => Err(e),

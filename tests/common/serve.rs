@@ -2,7 +2,7 @@
 //! add`, a throwaway certificate for 127.0.0.1, and GAHP clients through
 //! `boinc_gahp connect`.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -142,5 +142,48 @@ impl Serve {
     /// Everything it has logged.
     pub fn log_text(&self) -> String {
         log_text(&self.log)
+    }
+}
+
+/// A raw TLS connection that has sent `AUTH` and `FILES 1` and read the
+/// banner; `line` reads the next line, whichever it is.
+pub struct Raw {
+    pub tls: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+}
+
+impl Raw {
+    pub fn open(s: &Serve, token_file: &Path) -> Raw {
+        let mut raw = Raw { tls: s.tls() };
+        let token = std::fs::read_to_string(token_file).unwrap();
+        raw.send(&format!("AUTH {}\r\n", token.trim()));
+        assert_eq!(raw.line(), "S");
+        assert!(raw.line().starts_with("$GahpVersion"));
+        raw.send("FILES 1\n");
+        assert_eq!(raw.line(), "FILES S");
+        raw
+    }
+
+    pub fn send(&mut self, text: &str) {
+        self.tls.write_all(text.as_bytes()).unwrap();
+        self.tls.flush().unwrap();
+    }
+
+    pub fn line(&mut self) -> String {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while self.tls.read(&mut b).expect("a line from serve within the read timeout") == 1 && b[0] != b'\n' {
+            line.push(b[0]);
+        }
+        String::from_utf8_lossy(&line).trim_end().to_string()
+    }
+
+    /// `GET`: the file's bytes, or the refusal line.
+    pub fn get(&mut self, path: &str) -> Result<Vec<u8>, String> {
+        self.send(&format!("GET {}\n", path.replace(' ', "\\ ")));
+        let line = self.line();
+        let size: usize = line.strip_prefix("FILES S ").ok_or(line.clone())?.parse().unwrap();
+        let mut bytes = vec![0u8; size];
+        self.tls.read_exact(&mut bytes).unwrap();
+        Ok(bytes)
     }
 }
