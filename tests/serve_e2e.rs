@@ -325,7 +325,7 @@ fn a_sequence_runs_in_its_clients_area_and_another_client_cannot_see_it() {
     std::fs::write(area.join("run/state0"), b"").unwrap();
     std::fs::write(area.join("run/extra"), "extra of md\n").unwrap();
 
-    let seq = |g: &mut GahpClient, command: SequenceCommand| g.call(|id| Request::Sequence { reqid: ReqId(id), command }, WAIT).unwrap();
+    let seq = sequence_call;
     let create = |state: &str| {
         SequenceCommand::Create(CreateSequence {
             name: "md".into(),
@@ -346,16 +346,7 @@ fn a_sequence_runs_in_its_clients_area_and_another_client_cannot_see_it() {
     let outside = Request::Sequence { reqid: ReqId(id), command: create("/etc/passwd") };
     assert_eq!(a.command(&outside).unwrap(), ["E"]);
     assert_eq!(seq(&mut a, create("run/state0")), ["NULL"]);
-    let until = Instant::now() + Duration::from_secs(120);
-    let done = loop {
-        let r = seq(&mut a, SequenceCommand::Query { name: "md".into() });
-        assert_eq!(r[0], "NULL", "{r:?}");
-        if r[1] != "RUNNING" {
-            break r;
-        }
-        assert!(Instant::now() < until, "the sequence did not end in time: {r:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let done = wait_sequence_over(&mut a, "md", Duration::from_secs(120));
     assert_eq!((done[1].as_str(), done[2].as_str()), ("COMPLETED", "2"), "{done:?}");
     let r = seq(&mut a, SequenceCommand::Fetch(FetchSequence { name: "md".into(), step: StepSelector::Latest, dir: "out".into() }));
     assert_eq!(r[0], "NULL", "{r:?}");

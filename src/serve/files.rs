@@ -8,8 +8,9 @@
 //!
 //! Everything lives under `.transfer/` in the client's area: inputs by
 //! content (`in/<sha256>`), BOINC_FETCH_OUTPUT directories by job
-//! (`out/<key>`), BLAH job directories (`blah/<token>`), and which jobs a
-//! batch has (`batches/<key>`, so a retire deletes their outputs).
+//! (`out/<key>`) and BOINC_SEQUENCE_FETCH's (`out/seq-<key>`), BLAH job
+//! directories (`blah/<token>`), and which jobs a batch has
+//! (`batches/<key>`, so a retire deletes their outputs).
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -39,6 +40,13 @@ pub fn content_path(sha256: &str) -> String {
 /// The directory a job's BOINC_FETCH_OUTPUT lands in, relative to the area.
 pub fn job_outputs(job: &str) -> String {
     format!("{DIR}/out/{}", key(job))
+}
+
+/// The directory a BOINC_SEQUENCE_FETCH lands in, relative to the area:
+/// one per sequence and request id (`seq-`: no job's key looks like it).
+pub fn sequence_outputs(sequence: &str, reqid: u32) -> String {
+    // A sequence name has no control character: the pair is unambiguous.
+    format!("{DIR}/out/seq-{}", key(&format!("{sequence}\n{reqid}")))
 }
 
 /// A BLAH job's directory (its `Iwd` on this host), by its

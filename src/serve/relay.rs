@@ -2,11 +2,13 @@
 //! (docs/serve.md, "Files over the connection"). The gridmanager's lines
 //! go up one at a time; those that name local files are rewritten to
 //! names in the client's area on the serving host after the files went up
-//! (`BOINC_SUBMIT`'s inputs, `BLAH_JOB_SUBMIT`'s ad), and results that
-//! mean files are ready (a `BOINC_FETCH_OUTPUT`'s, a `BLAH_JOB_STATUS` of
-//! a completed job) are handed on only once the files are where the
-//! gridmanager wants them. Lines are parsed and written with the protocol
-//! crate, so escapes survive the rewriting.
+//! (`BOINC_SUBMIT`'s inputs, `BLAH_JOB_SUBMIT`'s ad, a
+//! `BOINC_SEQUENCE_CREATE`'s state files and inputs), and results that
+//! mean files are ready (a `BOINC_FETCH_OUTPUT`'s, a
+//! `BOINC_SEQUENCE_FETCH`'s, a `BLAH_JOB_STATUS` of a completed job) are
+//! handed on only once the files are where the gridmanager wants them.
+//! Lines are parsed and written with the protocol crate, so escapes
+//! survive the rewriting.
 //!
 //! It keeps nothing across its restarts: a restarted gridmanager asks
 //! again, and what the server keeps (a BLAH job's own record of where its
@@ -23,12 +25,13 @@ use gahp_actors::session::{GahpDecoder, MAX_LINE};
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::escape::{join_args, split_args};
-use gahp_protocol::gahp::{self, AsyncCommand, BlahCommand, BlahResult, CommandResult, Frame, LineFramer, ReqId, Request};
+use gahp_protocol::gahp::sequence::{FetchSequence, SequenceCommand};
+use gahp_protocol::gahp::{self, AsyncCommand, BlahCommand, BlahResult, CommandResult, Frame, InputFile, LineFramer, ReqId, Request};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
 
-use super::files::{self, blah_job_dir, content_path, hex, job_outputs};
+use super::files::{self, blah_job_dir, content_path, hex, job_outputs, sequence_outputs};
 
 /// In a BLAH job's directory: where it says its files go locally.
 const MANIFEST: &str = ".manifest";
@@ -213,7 +216,9 @@ impl Content<'_> {
 
 /// What the reply to a forwarded command means for the lines after it.
 enum Expect {
-    Reply,
+    /// A request's `S` or `E`; a request id whose result means files,
+    /// noted when the server takes the request.
+    Reply(Option<(u32, Pending)>),
     /// `RESPONSE_PREFIX`: lines after its reply carry the new prefix.
     Prefix(Vec<u8>),
     /// `RESULTS`: its reply is `S <n>`, then n result lines.
@@ -224,6 +229,7 @@ enum Expect {
 enum Pending {
     Fetch { remote: String, dir: PathBuf, stderr: PathBuf, dsts: Vec<PathBuf> },
     BlahStatus { job_id: String },
+    SequenceFetch { remote: String, dir: PathBuf },
 }
 
 struct Relay<R, W> {
@@ -329,25 +335,36 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             return self.reply_here(b"E").await;
         }
         let req = if files { gahp::request::parse(&line).ok() } else { None };
+        // A request whose result means files is noted once the server
+        // took it (`S`): one it refused leaves another's of that id alone.
         let rewritten = match req {
             Some(Request::ResponsePrefix(p)) => return self.forward(&line, Expect::Prefix(p)).await,
             Some(Request::Results) => return self.forward(&line, Expect::Results).await,
             Some(Request::Async { reqid, command: AsyncCommand::Submit(mut s) }) => self
-                .submit_inputs(&mut s)
+                .send_inputs(s.jobs.iter_mut().flat_map(|job| job.inputs.iter_mut()))
                 .await
-                .map(|()| gahp::request::format(&Request::Async { reqid, command: AsyncCommand::Submit(s) })),
-            Some(Request::Async { reqid, command: AsyncCommand::FetchOutput(f) }) => self.fetch_into_area(reqid, f).await,
-            Some(Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }) => {
-                self.blah_inputs(ad).await.map(|ad| gahp::request::format(&Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }))
+                .map(|()| (gahp::request::format(&Request::Async { reqid, command: AsyncCommand::Submit(s) }), None)),
+            Some(Request::Async { reqid, command: AsyncCommand::FetchOutput(f) }) => {
+                self.fetch_into_area(reqid, f).await.map(|(line, p)| (line, Some((reqid.0, p))))
             }
+            Some(Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }) => self
+                .blah_inputs(ad)
+                .await
+                .map(|ad| (gahp::request::format(&Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }), None)),
             Some(Request::Blah { reqid, command: BlahCommand::JobStatus { job_id } }) => {
-                self.pending.insert(reqid.0, Pending::BlahStatus { job_id });
-                Ok(line)
+                Ok((line, Some((reqid.0, Pending::BlahStatus { job_id }))))
             }
-            _ => Ok(line),
+            Some(Request::Sequence { reqid, command: SequenceCommand::Create(mut c) }) => self
+                .send_inputs(c.state_files.iter_mut().chain(c.inputs.iter_mut()))
+                .await
+                .map(|()| (gahp::request::format(&Request::Sequence { reqid, command: SequenceCommand::Create(c) }), None)),
+            Some(Request::Sequence { reqid, command: SequenceCommand::Fetch(f) }) => {
+                self.sequence_fetch_into_area(reqid, f).await.map(|(line, p)| (line, Some((reqid.0, p))))
+            }
+            _ => Ok((line, None)),
         };
         match rewritten {
-            Ok(line) => self.forward(&line, Expect::Reply).await,
+            Ok((line, pending)) => self.forward(&line, Expect::Reply(pending)).await,
             Err(why) => {
                 eprintln!("boinc_gahp connect: refused a request: {why}");
                 self.reply_here(b"E").await
@@ -355,28 +372,27 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         }
     }
 
-    /// Each input goes up (once per content) and is named by its content.
-    async fn submit_inputs(&mut self, s: &mut gahp::SubmitBatch) -> Result<(), String> {
+    /// Each input (a submit's, a sequence's state files and inputs) goes
+    /// up once per content and is named by its content.
+    async fn send_inputs(&mut self, inputs: impl Iterator<Item = &mut InputFile>) -> Result<(), String> {
         let mut sent: HashMap<PathBuf, String> = HashMap::new();
-        for job in &mut s.jobs {
-            for input in &mut job.inputs {
-                let sha = match sent.get(&input.src) {
-                    Some(sha) => sha.clone(),
-                    None => {
-                        let sha = self.link.upload(Content::File(&input.src)).await?;
-                        sent.insert(input.src.clone(), sha.clone());
-                        sha
-                    }
-                };
-                input.src = PathBuf::from(content_path(&sha));
-            }
+        for input in inputs {
+            let sha = match sent.get(&input.src) {
+                Some(sha) => sha.clone(),
+                None => {
+                    let sha = self.link.upload(Content::File(&input.src)).await?;
+                    sent.insert(input.src.clone(), sha.clone());
+                    sha
+                }
+            };
+            input.src = PathBuf::from(content_path(&sha));
         }
         Ok(())
     }
 
     /// The fetch goes into the job's directory in the area (emptied
     /// first); its result brings the files to where they were asked for.
-    async fn fetch_into_area(&mut self, reqid: ReqId, mut f: gahp::FetchOutput) -> Result<Vec<u8>, String> {
+    async fn fetch_into_area(&mut self, reqid: ReqId, mut f: gahp::FetchOutput) -> Result<(Vec<u8>, Pending), String> {
         let remote = job_outputs(&f.job_name);
         self.link.command(&["FRESH", remote.as_str()]).await?.map_err(|why| format!("can't prepare {remote}: {why}"))?;
         let discard = Path::new("/dev/null");
@@ -395,8 +411,18 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 spec.dst = PathBuf::from(format!(".r{i}"));
             }
         }
-        self.pending.insert(reqid.0, pending);
-        Ok(gahp::request::format(&Request::Async { reqid, command: AsyncCommand::FetchOutput(f) }))
+        Ok((gahp::request::format(&Request::Async { reqid, command: AsyncCommand::FetchOutput(f) }), pending))
+    }
+
+    /// A sequence's fetch goes into a directory of its own in the area
+    /// (one per request, so two fetches of a sequence don't share one);
+    /// its result brings the files it names into the directory asked for.
+    async fn sequence_fetch_into_area(&mut self, reqid: ReqId, mut f: FetchSequence) -> Result<(Vec<u8>, Pending), String> {
+        let remote = sequence_outputs(&f.name, reqid.0);
+        self.link.command(&["FRESH", remote.as_str()]).await?.map_err(|why| format!("can't prepare {remote}: {why}"))?;
+        let pending = Pending::SequenceFetch { remote: remote.clone(), dir: absolute(&f.dir) };
+        f.dir = PathBuf::from(remote);
+        Ok((gahp::request::format(&Request::Sequence { reqid, command: SequenceCommand::Fetch(f) }), pending))
     }
 
     /// A BLAH job's inputs go up into its directory in the area; its ad
@@ -510,7 +536,13 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 self.block = Some((n, vec![line]));
                 Ok(())
             }
-            Some(Expect::Reply) | None => self.emit(&line).await,
+            Some(Expect::Reply(pending)) => {
+                if let (Some((reqid, pending)), b"S") = (pending, body.as_slice()) {
+                    self.pending.insert(reqid, pending);
+                }
+                self.emit(&line).await
+            }
+            None => self.emit(&line).await,
         }
     }
 
@@ -531,6 +563,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 Pending::Fetch { remote, dir, stderr, dsts } if args.get(1).is_some_and(|a| a == b"NULL") => {
                     self.bring_fetched(&remote, &dir, &stderr, &dsts).await.err().map(|why| CommandResult::error(why).encode(ReqId(reqid)))
                 }
+                Pending::SequenceFetch { remote, dir } if args.get(1).is_some_and(|a| a == b"NULL") => self
+                    .bring_sequence(&remote, &dir, &args)
+                    .await
+                    .err()
+                    .map(|why| CommandResult::error(format!("BOINC_SEQUENCE_FETCH failed: {why}")).encode(ReqId(reqid))),
                 Pending::BlahStatus { job_id } if completed(&args) => self
                     .bring_blah(&job_id)
                     .await
@@ -580,6 +617,35 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 None => continue,
             };
             self.link.get_to(&from, &dest).await?;
+        }
+        Ok(())
+    }
+
+    /// A sequence fetch's files, those its result names
+    /// (`<reqid> NULL <step> <n> <name>...`), from its directory in the
+    /// area into the one asked for; Err: the result becomes this failure.
+    /// Its copy there is emptied then, brought or not: the sequence's own
+    /// store keeps the content, so a fetch asked again is made again.
+    async fn bring_sequence(&mut self, remote: &str, dir: &Path, args: &[Vec<u8>]) -> Result<(), String> {
+        let count = args.get(3).and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok());
+        let brought = match (count, args.get(4..)) {
+            (Some(n), Some(names)) if names.len() == n => self.bring_named(remote, dir, names).await,
+            _ => Err("its result does not say which files it wrote".into()),
+        };
+        if let Err(why) = self.link.command(&["FRESH", remote]).await? {
+            eprintln!("boinc_gahp connect: can't empty {remote}: {why}");
+        }
+        brought
+    }
+
+    /// Each of `names` from `remote` to the same name below `dir`.
+    async fn bring_named(&mut self, remote: &str, dir: &Path, names: &[Vec<u8>]) -> Result<(), String> {
+        for name in names {
+            let name = String::from_utf8_lossy(name);
+            if !stays_below(Path::new(name.as_ref())) {
+                return Err(format!("{name} is not below {}: not written", dir.display()));
+            }
+            self.link.get_to(&format!("{remote}/{name}"), &dir.join(name.as_ref())).await?;
         }
         Ok(())
     }
