@@ -119,3 +119,48 @@ fn a_sequence_through_connect_sends_its_inputs_once_and_its_files_come_back_to_t
     assert_eq!(area.len(), 2, "{area:?}");
     assert!(area.iter().all(|p| p.starts_with(".transfer/in")), "{area:?}");
 }
+
+/// A sequence reads its inputs again at every step: they stay on the
+/// second tier while it may run one, however short the retention, and
+/// go with the retention once it is over.
+#[test]
+fn a_running_sequences_inputs_outlast_the_retention_and_go_after_it_ends() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "sequence_poll_ms = 200\n").unwrap();
+    // 0.00002 days: 1.7 s, swept every 0.2 s.
+    let s = serve_with(dir.path(), &tokens, &["--config", config.to_str().unwrap()], &["--keep-files-days", "0.00002"]);
+    let local = dir.path().join("first tier");
+    std::fs::create_dir_all(&local).unwrap();
+    std::fs::write(local.join("state 0"), b"").unwrap();
+    std::fs::write(local.join("extra params"), "extra of long\n").unwrap();
+    let mut a = s.connect(&alice, &local, &[]);
+    assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
+
+    // Four steps of at least a second each: the later ones start well
+    // after the input's retention ran out.
+    let create = SequenceCommand::Create(CreateSequence {
+        name: "long".into(),
+        app_name: "stepper".into(),
+        steps: 4,
+        max_step_time: 600,
+        max_attempts: 1,
+        end_marker: None,
+        state_files: vec![InputFile { src: local.join("state 0"), dst_name: "state".into() }],
+        args: vec!["--sleep-ms".into(), "1000".into()],
+        inputs: vec![InputFile { src: local.join("extra params"), dst_name: "extra".into() }],
+    });
+    assert_eq!(sequence_call(&mut a, create), ["NULL"]);
+    let done = wait_sequence_over(&mut a, "long", Duration::from_secs(120));
+    assert_eq!((done[1].as_str(), done[2].as_str()), ("COMPLETED", "4"), "{done:?}");
+
+    // Over: its inputs go with the retention.
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !files_below(&s.files("alice")).is_empty() {
+        assert!(std::time::Instant::now() < until, "still kept: {:?}", files_below(&s.files("alice")));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

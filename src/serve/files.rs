@@ -12,6 +12,7 @@
 //! directories (`blah/<token>`), and which jobs a batch has
 //! (`batches/<key>`, so a retire deletes their outputs).
 
+use std::collections::HashSet;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -558,6 +559,14 @@ fn list(dir: &Path, rel: &Path, found: &mut Vec<Vec<u8>>) -> io::Result<()> {
     Ok(())
 }
 
+/// The names in `.transfer/in/` (content names) of the inputs of the
+/// client's sequences that may still run a step, from its state database.
+fn sequence_inputs(client_dir: &Path) -> io::Result<HashSet<std::ffi::OsString>> {
+    let Some(conn) = gahp_actors::state_db::open_read_only(client_dir).map_err(io::Error::other)? else { return Ok(HashSet::new()) };
+    let paths = gahp_actors::sequences::store::inputs_in_use(&conn).map_err(io::Error::other)?;
+    Ok(paths.iter().filter_map(|p| p.file_name().map(|n| n.to_os_string())).collect())
+}
+
 /// A file being written (atomic_file's `.<name>.<random>.part`).
 fn is_part(name: &std::ffi::OsStr) -> bool {
     name.to_str().is_some_and(|n| n.starts_with('.') && n.ends_with(".part"))
@@ -565,17 +574,29 @@ fn is_part(name: &std::ffi::OsStr) -> bool {
 
 /// Deletes what the file protocol kept in each client's area longer than
 /// `keep` ago: inputs not used since, outputs not fetched, BLAH job
-/// directories, batch indexes. Returns how many entries went.
+/// directories, batch indexes. An input a work sequence reads at each of
+/// its steps stays while the sequence may run one. Returns how many
+/// entries went.
 pub fn sweep(clients: &Path, keep: Duration) -> usize {
     let Some(before) = SystemTime::now().checked_sub(keep) else { return 0 };
     let Ok(entries) = std::fs::read_dir(clients) else { return 0 };
     let mut removed = 0;
     for client in entries.flatten() {
         for kind in ["in", "out", "blah", "batches"] {
+            let in_use = match kind {
+                "in" => match sequence_inputs(&client.path()) {
+                    Ok(names) => names,
+                    Err(e) => {
+                        tracing::warn!(client = ?client.file_name(), "inputs kept: can't read which its sequences use: {e}");
+                        continue;
+                    }
+                },
+                _ => HashSet::new(),
+            };
             let Ok(items) = std::fs::read_dir(client.path().join("files").join(DIR).join(kind)) else { continue };
             for item in items.flatten() {
                 let old = item.metadata().and_then(|m| m.modified()).is_ok_and(|t| t < before);
-                if !old {
+                if !old || in_use.contains(&item.file_name()) {
                     continue;
                 }
                 let path = item.path();

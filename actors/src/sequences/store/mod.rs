@@ -193,6 +193,23 @@ pub struct SequenceStore {
     files: PathBuf,
 }
 
+/// The inputs of every sequence that may still run a step (running, or
+/// stopped and resumable), of any project, in a state database opened as
+/// found: what a sweep of old files must not delete from under it.
+pub fn inputs_in_use(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<PathBuf>> {
+    let mut stmt = conn.prepare("SELECT def FROM sequences WHERE phase IN (?1, ?2)")?;
+    let defs = stmt.query_map(params![Phase::Running.as_str(), Phase::Stopped.as_str()], |r| r.get::<_, String>(0))?;
+    let mut out = Vec::new();
+    for def in defs {
+        match serde_json::from_str::<SequenceDef>(&def?) {
+            Ok(def) => out.extend(def.inputs.into_iter().map(|(path, _)| path)),
+            // Not known to be free: the caller must keep everything.
+            Err(e) => return Err(rusqlite::Error::ToSqlConversionFailure(Box::new(e))),
+        }
+    }
+    Ok(out)
+}
+
 fn sql(e: rusqlite::Error) -> io::Error {
     io::Error::other(e)
 }
@@ -516,6 +533,33 @@ mod tests {
         b.save(&SequenceRecord { def: def(), ..rec.clone() }).unwrap();
         assert!(a.move_to(&b, "s", "/p.toml").is_err());
         assert_eq!(a.load("s").unwrap(), Some(rec));
+    }
+
+    #[test]
+    fn the_inputs_in_use_are_those_of_sequences_that_may_run_a_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        let (a, b) = (SequenceStore::new(db.clone(), dir.path(), "http://a/", "x"), SequenceStore::new(db, dir.path(), "http://b/", "y"));
+        let rec = |name: &str, input: &str, phase| SequenceRecord {
+            def: SequenceDef { name: name.into(), inputs: vec![(input.into(), "params".into())], ..def() },
+            planned: 2,
+            done: 1,
+            phase,
+            ended: false,
+            reason: None,
+            relocations: 0,
+            live: None,
+            dead: vec![],
+        };
+        a.save(&rec("run", "/in/1", Phase::Running)).unwrap();
+        b.save(&rec("stop", "/in/2", Phase::Stopped)).unwrap();
+        for (name, phase) in [("c", Phase::Completed), ("f", Phase::Failed), ("ab", Phase::Aborted), ("p", Phase::Purged)] {
+            a.save(&rec(name, "/in/done", phase)).unwrap();
+        }
+        let conn = crate::state_db::open_read_only(dir.path()).unwrap().unwrap();
+        let mut used = inputs_in_use(&conn).unwrap();
+        used.sort();
+        assert_eq!(used, [PathBuf::from("/in/1"), PathBuf::from("/in/2")]);
     }
 
     #[test]
