@@ -17,13 +17,19 @@ pub fn boinc_gahp() -> &'static Path {
 
 /// `token add NAME` for the sim's project; returns the token file's path.
 pub fn add_client(dir: &Path, tokens: &Path, sim: &Sim, name: &str) -> PathBuf {
-    let auth = dir.join(format!("{name}.auth"));
-    std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
-    let out = Command::new(boinc_gahp())
-        .args(["token", "add", name, "--tokens", tokens.to_str().unwrap(), "--project"])
-        .arg(format!("{}={}", sim.url, auth.display()))
-        .output()
-        .unwrap();
+    add_client_of(dir, tokens, &[sim], name)
+}
+
+/// `token add NAME` with a `--project` for each sim (its account).
+pub fn add_client_of(dir: &Path, tokens: &Path, sims: &[&Sim], name: &str) -> PathBuf {
+    let mut cmd = Command::new(boinc_gahp());
+    cmd.args(["token", "add", name, "--tokens", tokens.to_str().unwrap()]);
+    for (i, sim) in sims.iter().enumerate() {
+        let auth = dir.join(if i == 0 { format!("{name}.auth") } else { format!("{name}-{i}.auth") });
+        std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
+        cmd.arg("--project").arg(format!("{}={}", sim.url, auth.display()));
+    }
+    let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let file = dir.join(format!("{name}.token"));
     std::fs::write(&file, &out.stdout).unwrap();
