@@ -81,39 +81,46 @@ mod tests {
         move || {
             calls.set(calls.get() + 1);
             let n = calls.get();
-            async move { if ok { Ok(n) } else { Err(RpcError::Boinc { num: -1, msg: "down".into() }) } }.boxed_local()
+            async move {
+                if ok {
+                    Ok(n)
+                } else {
+                    Err(RpcError::Boinc { num: -1, msg: "down".into() })
+                }
+            }
+            .boxed_local()
         }
     }
 
     #[test]
     fn one_call_per_key_while_fresh_and_a_failure_is_asked_again() {
         actix_rt::System::new().block_on(async {
-        let mut table: SharedCalls<&str, u32> = SharedCalls::default();
-        let n = Rc::new(Cell::new(0));
-        let fresh = Fresh::For(Duration::from_secs(60));
-        let (a, b) = (table.get("a", fresh, counting(&n, true)), table.get("a", fresh, counting(&n, true)));
-        assert_eq!((a.await.ok(), b.await.ok(), n.get()), (Some(1), Some(1), 1));
-        assert_eq!(table.get("b", fresh, counting(&n, true)).await.ok(), Some(2), "another key is another call");
-        assert!(table.get("c", fresh, counting(&n, false)).await.is_err());
-        assert_eq!(table.get("c", fresh, counting(&n, true)).await.ok(), Some(4), "a failure is not reused");
-        let stale = Fresh::For(Duration::ZERO);
-        assert_eq!(table.get("a", stale, counting(&n, true)).await.ok(), Some(5));
+            let mut table: SharedCalls<&str, u32> = SharedCalls::default();
+            let n = Rc::new(Cell::new(0));
+            let fresh = Fresh::For(Duration::from_secs(60));
+            let (a, b) = (table.get("a", fresh, counting(&n, true)), table.get("a", fresh, counting(&n, true)));
+            assert_eq!((a.await.ok(), b.await.ok(), n.get()), (Some(1), Some(1), 1));
+            assert_eq!(table.get("b", fresh, counting(&n, true)).await.ok(), Some(2), "another key is another call");
+            assert!(table.get("c", fresh, counting(&n, false)).await.is_err());
+            assert_eq!(table.get("c", fresh, counting(&n, true)).await.ok(), Some(4), "a failure is not reused");
+            let stale = Fresh::For(Duration::ZERO);
+            assert_eq!(table.get("a", stale, counting(&n, true)).await.ok(), Some(5));
         });
     }
 
     #[test]
     fn same_period_askers_share_and_the_next_period_asks_again() {
         actix_rt::System::new().block_on(async {
-        let mut table: SharedCalls<&str, u32> = SharedCalls::default();
-        let n = Rc::new(Cell::new(0));
-        let period = Fresh::SamePeriod(Duration::from_millis(200));
-        // Just after a period began, so that both asks fall in it.
-        let since = table.epoch.elapsed().as_secs_f64() % 0.2;
-        tokio::time::sleep(Duration::from_secs_f64(0.2 - since + 0.01)).await;
-        assert_eq!(table.get("a", period, counting(&n, true)).await.ok(), Some(1));
-        assert_eq!(table.get("a", period, counting(&n, true)).await.ok(), Some(1));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert_eq!(table.get("a", period, counting(&n, true)).await.ok(), Some(2));
+            let mut table: SharedCalls<&str, u32> = SharedCalls::default();
+            let n = Rc::new(Cell::new(0));
+            let period = Fresh::SamePeriod(Duration::from_millis(200));
+            // Just after a period began, so that both asks fall in it.
+            let since = table.epoch.elapsed().as_secs_f64() % 0.2;
+            tokio::time::sleep(Duration::from_secs_f64(0.2 - since + 0.01)).await;
+            assert_eq!(table.get("a", period, counting(&n, true)).await.ok(), Some(1));
+            assert_eq!(table.get("a", period, counting(&n, true)).await.ok(), Some(1));
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert_eq!(table.get("a", period, counting(&n, true)).await.ok(), Some(2));
         });
     }
 }
