@@ -515,7 +515,7 @@ fn a_job_in_each_dialect_through_serve_and_connect_with_files_both_ways() {
     let real = real();
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.toml");
-    let token = add_client_of(dir.path(), &tokens, &real.url, &real.auth_file, "rbci");
+    let token = add_client_of(dir.path(), &tokens, &[(real.url.clone(), real.auth_file.clone())], "rbci");
     let s = serve(dir.path(), &tokens, &[]);
     let local = dir.path().join("first tier");
     std::fs::create_dir_all(local.join("outs")).unwrap();

@@ -86,6 +86,11 @@ pub struct DaemonConfig {
     /// naming this batch or job panics its actor.
     #[serde(skip)]
     pub panic_on: Option<String>,
+    /// A served client's projects (URL, authenticator file), set by
+    /// `boinc_gahp serve`: its pools may name only these, and use them with
+    /// these keys (`Pool::load_granted`). None: the stdio daemon.
+    #[serde(skip)]
+    pub pool_grants: Option<Vec<(String, PathBuf)>>,
     /// The `BLAH_*` front end (`grid_resource = batch boinc`).
     pub blah: BlahConfig,
     /// Settings of one project (`[projects."URL"]`), over the ones above.
@@ -230,6 +235,7 @@ impl Default for DaemonConfig {
             ca_files: Vec::new(),
             hash_threads: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             panic_on: None,
+            pool_grants: None,
             blah: BlahConfig::default(),
             projects: BTreeMap::new(),
         }

@@ -30,7 +30,9 @@
 //!                                     its tree with exactly one result
 //!                  project/           key, tree, rpc (RpcClient), submit_pipeline,
 //!                                     submit_records (its tables), batch_monitor,
-//!                                     output_fetcher
+//!                                     output_fetcher; shared_calls (the thread's
+//!                                     shared calls), templates and measures (a
+//!                                     pool ad's ping and job counts) through it
 //!                  sequences/         that project's work sequences: relocator/ (the
 //!                                     actor: submit, poll, relocate, collect, moves
 //!                                     with PoolLink, messages), decide (pure), store

@@ -13,6 +13,7 @@ use tokio::io::AsyncRead;
 use tokio_util::codec::{Decoder, FramedRead};
 
 use crate::blah::jobs::{BlahDispatch, BlahJobs};
+use crate::broker::pool::Pool;
 use crate::broker::pools::{PoolDispatch, Pools};
 use crate::broker::sequences::PoolDispatchSequence;
 use crate::config::DaemonConfig;
@@ -28,6 +29,13 @@ pub const MAX_LINE: usize = 256 << 20;
 
 /// `BOINC_SELECT_PROJECT pool:<path> -` selects the pool in that file.
 pub const POOL_PREFIX: &str = "pool:";
+
+/// What a served client's `BOINC_SELECT_PROJECT` selects.
+enum Selected {
+    Project(ProjectKey),
+    /// A pool file in its area.
+    Pool(std::path::PathBuf),
+}
 
 pub struct Session {
     out: Box<dyn Write>,
@@ -129,11 +137,17 @@ impl Session {
     }
 
     /// BOINC_SELECT_PROJECT of a served client: one of its projects, with
-    /// the authenticator its token was given (whatever it sent).
-    fn select_for_client(&self, url: &str) -> Result<ProjectKey, String> {
+    /// the authenticator its token was given (whatever it sent), or a pool
+    /// file in its area whose projects are all its own.
+    fn select_for_client(&self, url: &str) -> Result<Selected, String> {
         let Some(t) = &self.tenancy else { return Err("no tenancy".into()) };
-        if url.starts_with(POOL_PREFIX) {
-            return Err(crate::tenancy::Refusal::Pool.to_string());
+        if let Some(path) = url.strip_prefix(POOL_PREFIX) {
+            let path = t.path(std::path::Path::new(path)).map_err(|e| e.to_string())?;
+            // Checked now, so that a pool naming a project of someone
+            // else's is refused at once; its runtime checks it again when
+            // it loads it.
+            Pool::load_granted(&path, &t.projects).map_err(|e| e.to_string())?;
+            return Ok(Selected::Pool(path));
         }
         let file = t.authenticator_file(url).map_err(|e| e.to_string())?;
         // The client learns nothing of the serving host's files: the
@@ -142,7 +156,7 @@ impl Session {
             tracing::warn!(url, "a client's project has no usable authenticator: {e}");
             format!("the authenticator of {url} can't be read on the serving host; ask its admin")
         })?;
-        Ok(ProjectKey::new(url, key))
+        Ok(Selected::Project(ProjectKey::new(url, key)))
     }
 
     fn reply(&mut self, line: ReturnLine) {
@@ -178,8 +192,14 @@ impl Session {
                 self.prefix = prefix;
             }
             Request::SelectProject { url, .. } if self.tenancy.is_some() => match self.select_for_client(&url) {
-                Ok(key) => {
+                Ok(Selected::Project(key)) => {
+                    self.pool = None;
                     self.current = Some(key);
+                    self.reply(ReturnLine::Success);
+                }
+                Ok(Selected::Pool(path)) => {
+                    self.current = None;
+                    self.pool = Some(path);
                     self.reply(ReturnLine::Success);
                 }
                 Err(e) => {

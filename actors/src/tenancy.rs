@@ -34,8 +34,6 @@ pub struct Tenancy {
 pub enum Refusal {
     #[error("project {0} is not one of this client's")]
     Project(String),
-    #[error("pools are not offered by this server")]
-    Pool,
     #[error("path {0:?} is not a relative path inside the client's area")]
     Path(PathBuf),
     #[error("{0} is not offered by this server yet")]
@@ -67,8 +65,9 @@ impl Tenancy {
     }
 
     /// The request as this host runs it: names prefixed, paths in the
-    /// client's area. Project selection is the session's (it reads the
-    /// authenticator); what serve does not offer is refused.
+    /// client's area. Project and pool selection is the session's (it reads
+    /// the authenticator, and checks a pool's projects against the
+    /// client's); what serve does not offer is refused.
     pub fn rewrite(&self, req: Request) -> Result<Request, Refusal> {
         Ok(match req {
             Request::Async { reqid, command } => Request::Async { reqid, command: self.command(command)? },

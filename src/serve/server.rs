@@ -119,6 +119,9 @@ impl Shared {
         config.blah.project_url = first.map(|p| p.url.clone());
         config.blah.authenticator_file = first.map(|p| p.authenticator_file.clone());
         config.blah.allow_project_override = false;
+        // A pool it selects may name only its projects, with their keys;
+        // the BLAH front end's admin-configured pool is not its.
+        config.pool_grants = Some(projects_of(client));
         config.blah.pool = None;
         // Its BLAH jobs' BOINC names are its own, and it has no others.
         config.blah.name_prefix = format!("{}{}", client.name, gahp_actors::tenancy::NAME_SEPARATOR);

@@ -17,18 +17,28 @@ pub fn boinc_gahp() -> &'static Path {
 
 /// `token add NAME` for the sim's project; returns the token file's path.
 pub fn add_client(dir: &Path, tokens: &Path, sim: &Sim, name: &str) -> PathBuf {
-    let auth = dir.join(format!("{name}.auth"));
-    std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
-    add_client_of(dir, tokens, &sim.url, &auth, name)
+    add_client_sims(dir, tokens, &[sim], name)
 }
 
-/// `token add NAME --project URL=AUTH_FILE`; returns the token file's path.
-pub fn add_client_of(dir: &Path, tokens: &Path, url: &str, auth_file: &Path, name: &str) -> PathBuf {
-    let out = Command::new(boinc_gahp())
-        .args(["token", "add", name, "--tokens", tokens.to_str().unwrap(), "--project"])
-        .arg(format!("{url}={}", auth_file.display()))
-        .output()
-        .unwrap();
+/// `token add NAME` with a `--project` for each sim (its account).
+pub fn add_client_sims(dir: &Path, tokens: &Path, sims: &[&Sim], name: &str) -> PathBuf {
+    let mut projects = Vec::new();
+    for (i, sim) in sims.iter().enumerate() {
+        let auth = dir.join(if i == 0 { format!("{name}.auth") } else { format!("{name}-{i}.auth") });
+        std::fs::write(&auth, format!("{}\n", sim.auth)).unwrap();
+        projects.push((sim.url.clone(), auth));
+    }
+    add_client_of(dir, tokens, &projects, name)
+}
+
+/// `token add NAME --project URL=AUTH_FILE ...`; returns the token file's path.
+pub fn add_client_of(dir: &Path, tokens: &Path, projects: &[(String, PathBuf)], name: &str) -> PathBuf {
+    let mut cmd = Command::new(boinc_gahp());
+    cmd.args(["token", "add", name, "--tokens", tokens.to_str().unwrap()]);
+    for (url, auth) in projects {
+        cmd.arg("--project").arg(format!("{url}={}", auth.display()));
+    }
+    let out = cmd.output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let file = dir.join(format!("{name}.token"));
     std::fs::write(&file, &out.stdout).unwrap();

@@ -63,7 +63,9 @@ fn default_query() -> f64 {
 struct ProjectEntry {
     name: String,
     url: String,
-    authenticator_file: PathBuf,
+    /// Required, except for a served client (its projects' keys are the
+    /// ones its token grants).
+    authenticator_file: Option<PathBuf>,
     /// Static app list; without it the apps are learnt with get_templates.
     apps: Option<Vec<String>>,
     requirements: Option<String>,
@@ -129,11 +131,49 @@ impl Pool {
     /// (relative paths are taken from the pool file's directory).
     pub fn load(path: &Path) -> Result<Pool, PoolError> {
         let text = std::fs::read_to_string(path).map_err(|source| PoolError::Read { path: path.to_path_buf(), source })?;
-        Pool::parse(path, &text, |f| crate::config::read_authenticator_file(f).map(|a| a.expose().to_string()).map_err(|e| e.to_string()))
+        Pool::parse(path, &text, |_, file| {
+            let file = file.ok_or("no authenticator_file")?;
+            Ok((file.to_path_buf(), read_key(file)?))
+        })
     }
 
-    /// Parses the text; `read_key` turns an authenticator file into its key.
-    pub fn parse(path: &Path, text: &str, read_key: impl Fn(&Path) -> Result<String, String>) -> Result<Pool, PoolError> {
+    /// A served client's pool (`boinc_gahp serve`): every project must be
+    /// one of `grants` (URL, authenticator file: the client's token), and
+    /// is used with the granted authenticator, whatever the file names.
+    /// Rank functions are refused: they would run commands of the client's
+    /// choosing on the serving host.
+    pub fn load_granted(path: &Path, grants: &[(String, PathBuf)]) -> Result<Pool, PoolError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PoolError::Read { path: path.to_path_buf(), source })?;
+        let pool = Pool::parse(path, &text, |url, _| {
+            let want = url.trim_end_matches('/');
+            let (_, file) = grants
+                .iter()
+                .find(|(u, _)| u.trim_end_matches('/') == want)
+                .ok_or_else(|| format!("{url} is not one of this client's projects"))?;
+            // The client learns nothing of the serving host's files.
+            let key = read_key(file).map_err(|e| {
+                tracing::warn!(url, "a client's pool project has no usable authenticator: {e}");
+                format!("the authenticator of {url} can't be read on the serving host; ask its admin")
+            })?;
+            Ok((file.clone(), key))
+        })?;
+        if !pool.functions.is_empty() {
+            return Err(PoolError::Invalid {
+                path: path.to_path_buf(),
+                message: "rank functions are not offered by this server (they run commands on it)".into(),
+            });
+        }
+        Ok(pool)
+    }
+
+    /// Parses the text; `key_of` turns a project's URL and authenticator
+    /// file (resolved against the pool file's directory, if given) into the
+    /// file used and its key.
+    pub fn parse(
+        path: &Path,
+        text: &str,
+        key_of: impl Fn(&str, Option<&Path>) -> Result<(PathBuf, String), String>,
+    ) -> Result<Pool, PoolError> {
         let base = path.parent().unwrap_or(Path::new("."));
         let invalid = |message: String| PoolError::Invalid { path: path.to_path_buf(), message };
         let file: PoolFile = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
@@ -158,8 +198,8 @@ impl Pool {
             if !(p.url.starts_with("http://") || p.url.starts_with("https://")) {
                 return Err(invalid(format!("project {}: the url must be http:// or https://", p.name)));
             }
-            let authenticator_file = base.join(&p.authenticator_file);
-            let key = read_key(&authenticator_file).map_err(|e| invalid(format!("project {}: {e}", p.name)))?;
+            let given = p.authenticator_file.as_ref().map(|f| base.join(f));
+            let (authenticator_file, key) = key_of(&p.url, given.as_deref()).map_err(|e| invalid(format!("project {}: {e}", p.name)))?;
             let mut attributes = Vec::new();
             for (name, value) in &p.attributes {
                 let e = toml_expr(value).ok_or_else(|| invalid(format!("project {}: attribute {name}: unsupported value", p.name)))?;
@@ -208,6 +248,12 @@ impl Pool {
     }
 }
 
+/// The key in an authenticator file, its details in the error (for the
+/// log: a served client is told less).
+fn read_key(file: &Path) -> Result<String, String> {
+    crate::config::read_authenticator_file(file).map(|a| a.expose().to_string()).map_err(|e| e.to_string())
+}
+
 /// A TOML value as a ClassAd literal (arrays become lists).
 fn toml_expr(v: &toml::Value) -> Option<Expr> {
     Some(match v {
@@ -225,7 +271,10 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Pool, PoolError> {
-        Pool::parse(Path::new("pool.toml"), text, |f| Ok(format!("key-of-{}", f.display())))
+        Pool::parse(Path::new("pool.toml"), text, |_, f| {
+            let f = f.ok_or("no authenticator_file")?;
+            Ok((f.to_path_buf(), format!("key-of-{}", f.display())))
+        })
     }
 
     #[test]
@@ -285,5 +334,32 @@ mod tests {
             let err = parse(text).expect_err(text).to_string();
             assert!(err.contains(why), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn a_served_pool_uses_the_granted_keys_and_names_only_granted_projects() {
+        let dir = tempfile::tempdir().unwrap();
+        let granted = dir.path().join("granted.auth");
+        std::fs::write(&granted, "the-granted-key\n").unwrap();
+        std::fs::write(dir.path().join("own.auth"), "a-key-of-the-clients-choosing\n").unwrap();
+        let grants = vec![("http://127.0.0.1:1/a/".to_string(), granted.clone())];
+        let path = dir.path().join("pool.toml");
+        let write = |text: &str| std::fs::write(&path, text).unwrap();
+
+        // No authenticator_file needed; one named is not used.
+        write("[[project]]\nname='a'\nurl='http://127.0.0.1:1/a'\n[[project]]\nname='b'\nurl='http://127.0.0.1:1/a/'\nauthenticator_file='own.auth'");
+        let pool = Pool::load_granted(&path, &grants).unwrap();
+        for p in &pool.projects {
+            assert_eq!((p.key.authenticator.expose(), p.authenticator_file.as_path()), ("the-granted-key", granted.as_path()));
+        }
+        write("[[project]]\nname='a'\nurl='http://127.0.0.1:1/a'\n[[project]]\nname='c'\nurl='http://127.0.0.1:1/c'");
+        let err = Pool::load_granted(&path, &grants).unwrap_err().to_string();
+        assert!(err.contains("project c: http://127.0.0.1:1/c is not one of this client's projects"), "{err}");
+        write("[[project]]\nname='a'\nurl='http://127.0.0.1:1/a'\n[[rank_function]]\nname='f'\ncommand=['/bin/true']");
+        let err = Pool::load_granted(&path, &grants).unwrap_err().to_string();
+        assert!(err.contains("rank functions are not offered"), "{err}");
+        // The stdio daemon's pool needs its keys.
+        write("[[project]]\nname='a'\nurl='http://127.0.0.1:1/a'");
+        assert!(Pool::load(&path).unwrap_err().to_string().contains("project a: no authenticator_file"));
     }
 }

@@ -93,7 +93,10 @@ impl Pools {
         if let Some(h) = self.pools.get(Path::new(&id)) {
             return Ok(h.clone());
         }
-        let pool = Arc::new(Pool::load(path)?);
+        let pool = Arc::new(match &self.config.pool_grants {
+            Some(grants) => Pool::load_granted(path, grants)?,
+            None => Pool::load(path)?,
+        });
         tracing::info!(pool = %id, projects = pool.projects.len(), "pool loaded");
         self.resume_sequences(&id, &pool);
         let h = PoolHandle {

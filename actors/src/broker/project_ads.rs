@@ -3,7 +3,9 @@
 //! project, counts its jobs (query_batches, query_batch2 of the batches in
 //! progress) and checks the apps jobs have asked for (get_templates). An
 //! ad never refreshed, or an app never checked, is measured before it is
-//! used.
+//! used. The calls are the thread's shared ones (`project::measures`,
+//! `project::templates`): the ads of every pool on the thread (of all the
+//! clients of one `serve`) cost a project one set of calls a period.
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -12,16 +14,14 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use futures_util::future::join_all;
-use gahp_protocol::boinc::{reply, request, Script};
 
 use crate::broker::matchmaker::ProjectStatus;
 use crate::broker::pool::Pool;
 use crate::broker::rpc_client_of;
-use crate::project::rpc::{Rpc, RpcError};
+use crate::project::measures::{job_counts_of, ping_of, JobCounts};
+use crate::project::rpc::RpcError;
+use crate::project::templates::templates_of;
 use crate::projects::Projects;
-
-/// Batches in progress whose jobs are counted per refresh, at most.
-const MAX_COUNTED_BATCHES: usize = 200;
 
 pub struct ProjectAds {
     pool: Arc<Pool>,
@@ -131,16 +131,12 @@ impl Handler<CurrentAds> for ProjectAds {
 pub struct Measured {
     up: bool,
     apps: Vec<(String, bool)>,
-    stats: Option<Stats>,
+    stats: Option<JobCounts>,
 }
 
-struct Stats {
-    in_progress: i64,
-    unsent: i64,
-    error_rate: Option<f64>,
-    turnaround: Option<f64>,
-}
-
+/// From the thread's shared measures (`project::measures`, and the
+/// templates for the apps): the pools of every runtime on the thread ask
+/// a project once a period between them.
 async fn measure(pool: &Pool, i: usize, projects: &Addr<Projects>, apps: &[String]) -> Measured {
     let down = Measured { up: false, apps: Vec::new(), stats: None };
     let project = &pool.projects[i];
@@ -149,15 +145,14 @@ async fn measure(pool: &Pool, i: usize, projects: &Addr<Projects>, apps: &[Strin
     };
     let deadline = Instant::now() + pool.probe_timeout;
     let auth = &project.key.authenticator;
-    if rpc.idempotent(Script::SubmitRpcHandler, request::ping(), reply::parse_ping, deadline).await.is_err() {
+    if ping_of(&project.key.url, &rpc, pool.refresh, deadline).await.is_err() {
         tracing::info!(project = %project.name, "pool project does not answer ping: down");
         return down;
     }
     let mut checked = Vec::new();
     if project.apps.is_none() {
         for app in apps {
-            let xml = request::get_templates_for_app(auth, app);
-            match rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_templates, deadline).await {
+            match templates_of(&project.key, &rpc, app, deadline).await {
                 Ok(_) => checked.push((app.clone(), true)),
                 Err(RpcError::Boinc { .. }) => checked.push((app.clone(), false)),
                 // Unknown this time; asked again next time.
@@ -165,46 +160,9 @@ async fn measure(pool: &Pool, i: usize, projects: &Addr<Projects>, apps: &[Strin
             }
         }
     }
-    let stats = stats(&rpc, auth, deadline)
+    let stats = job_counts_of(&project.key, &rpc, pool.refresh, deadline)
         .await
         .map_err(|e| tracing::info!(project = %project.name, "can't count jobs: {}", auth.redact_in(&e.to_string())))
         .ok();
     Measured { up: true, apps: checked, stats }
-}
-
-async fn stats(
-    rpc: &Addr<crate::project::rpc::RpcClient>,
-    auth: &gahp_protocol::Authenticator,
-    deadline: Instant,
-) -> Result<Stats, RpcError> {
-    let xml = request::query_batches(auth);
-    let batches = rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batches, deadline).await?;
-    let (mut njobs, mut nerror) = (0i64, 0i64);
-    let mut turnarounds = Vec::new();
-    for b in &batches {
-        njobs += b.njobs;
-        nerror += b.nerror_jobs;
-        if b.state == 2 && b.completion_time > b.create_time {
-            turnarounds.push(b.completion_time - b.create_time);
-        }
-    }
-    let running: Vec<String> = batches.iter().filter(|b| b.state == 1).take(MAX_COUNTED_BATCHES).map(|b| b.name.clone()).collect();
-    let (mut in_progress, mut unsent) = (0, 0);
-    if !running.is_empty() {
-        let xml = request::query_batch2(auth, 0.0, &running);
-        let states = rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_query_batch2, deadline).await?;
-        for job in states.batches.iter().flatten() {
-            match job.status.as_str() {
-                "IN_PROGRESS" => in_progress += 1,
-                "UNSENT" => unsent += 1,
-                _ => {}
-            }
-        }
-    }
-    Ok(Stats {
-        in_progress,
-        unsent,
-        error_rate: (njobs > 0).then(|| nerror as f64 / njobs as f64),
-        turnaround: (!turnarounds.is_empty()).then(|| turnarounds.iter().sum::<f64>() / turnarounds.len() as f64),
-    })
 }

@@ -4,8 +4,10 @@
 
 pub mod batch_monitor;
 pub mod key;
+pub mod measures;
 pub mod output_fetcher;
 pub mod rpc;
+pub mod shared_calls;
 pub mod submit_pipeline;
 pub mod submit_records;
 pub mod templates;

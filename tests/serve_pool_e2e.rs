@@ -1,0 +1,91 @@
+//! Pools through `boinc_gahp serve`: a client selects a pool file in its
+//! area whose projects are all its own; the pool's project ads are asked
+//! once per project for every client of the serve; a pool naming a
+//! project the client has no grant for is refused.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::serve::*;
+use common::*;
+
+/// A pool file in the client's area over these sims (no authenticator
+/// files: a served client's projects use its token's); the path the
+/// client names it by.
+fn area_pool(area: &Path, sims: &[(&str, &Sim)]) -> String {
+    let mut text = String::from("probe_timeout_secs = 5\nquery_timeout_secs = 5\nrefresh_secs = 3600\n");
+    for (name, sim) in sims {
+        text.push_str(&format!("[[project]]\nname = \"{name}\"\nurl = \"{}\"\n", sim.url));
+    }
+    std::fs::create_dir_all(area).unwrap();
+    std::fs::write(area.join("pool.toml"), text).unwrap();
+    "pool:pool.toml".into()
+}
+
+/// `n` inputs in the client's area, named as the client names them.
+fn area_inputs(area: &Path, n: usize, tag: &str) -> Vec<PathBuf> {
+    std::fs::create_dir_all(area.join("in")).unwrap();
+    (0..n)
+        .map(|i| {
+            std::fs::write(area.join(format!("in/{tag}{i}")), format!("{tag} {i}\n")).unwrap();
+            PathBuf::from(format!("in/{tag}{i}"))
+        })
+        .collect()
+}
+
+#[test]
+fn two_clients_use_a_pool_whose_ads_are_asked_once_per_project_and_a_pool_beyond_a_grant_is_refused() {
+    let (a, b) = (Sim::start(), Sim::start());
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client_sims(dir.path(), &tokens, &[&a, &b], "alice");
+    let bob = add_client_sims(dir.path(), &tokens, &[&a, &b], "bob");
+    let carol = add_client_sims(dir.path(), &tokens, &[&a], "carol");
+    let s = serve(dir.path(), &tokens, &[]);
+    let sims = [("a", &a), ("b", &b)];
+
+    let mut clients = Vec::new();
+    for (name, token) in [("alice", &alice), ("bob", &bob)] {
+        let area = s.files(name);
+        let pool = area_pool(&area, &sims);
+        let mut g = s.connect(token, dir.path(), &["--remote-paths"]);
+        g.command_line(b"ASYNC_MODE_ON").unwrap();
+        assert_eq!(g.command_line(format!("BOINC_SELECT_PROJECT {pool} -").as_bytes()).unwrap(), ["S"], "{name}");
+        let files = area_inputs(&area, 2, name);
+        let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("pooled", &files))), WAIT).unwrap();
+        assert_eq!(r, ["NULL"], "{name}");
+        clients.push((name, g));
+    }
+    // Each client's batch is on one project of the pool, under its own name.
+    for (name, _) in &clients {
+        let on: Vec<&str> =
+            sims.iter().filter(|(_, sim)| !sim.batches_named(&format!("{name}~pooled")).is_empty()).map(|(n, _)| *n).collect();
+        assert_eq!(on.len(), 1, "{name}~pooled is on {on:?}");
+    }
+    for (name, g) in &mut clients {
+        let jobs = wait_finished(g, "pooled");
+        assert_eq!(jobs.len(), 2, "{name}: {jobs:?}");
+        assert!(jobs.iter().all(|(j, st)| st == "DONE" && j.starts_with("pooled#")), "{name}: {jobs:?}");
+    }
+    // Two clients, two pools, one set of ad calls per project: one ping
+    // (it names no account) and one count of the account's jobs each.
+    for (name, sim) in sims {
+        for rpc in ["ping", "query_batches"] {
+            assert_eq!(sim.calls(&format!("submit_rpc_handler.php:{rpc}")), 1, "{rpc} on {name}");
+        }
+    }
+
+    // Carol has a grant for a only: a pool that also names b is refused,
+    // one of a alone is hers to use.
+    let area = s.files("carol");
+    let pool = area_pool(&area, &sims);
+    let mut g = s.connect(&carol, dir.path(), &["--remote-paths"]);
+    assert_eq!(g.command_line(format!("BOINC_SELECT_PROJECT {pool} -").as_bytes()).unwrap(), ["E"]);
+    let log = s.log_text();
+    assert!(log.contains(&format!("project b: {} is not one of this client's projects", b.url)), "{log}");
+    let pool = area_pool(&area, &[("a", &a)]);
+    assert_eq!(g.command_line(format!("BOINC_SELECT_PROJECT {pool} -").as_bytes()).unwrap(), ["S"]);
+    // A pool file outside its area is refused as any such path is.
+    assert_eq!(g.command_line(b"BOINC_SELECT_PROJECT pool:/etc/pool.toml -").unwrap(), ["E"]);
+}
