@@ -89,3 +89,37 @@ fn two_clients_use_a_pool_whose_ads_are_asked_once_per_project_and_a_pool_beyond
     // A pool file outside its area is refused as any such path is.
     assert_eq!(g.command_line(b"BOINC_SELECT_PROJECT pool:/etc/pool.toml -").unwrap(), ["E"]);
 }
+
+/// Through `connect` a pool file on the first tier goes up as an input
+/// does (named by its content on the second tier), and so do the
+/// submit's inputs.
+#[test]
+fn a_pool_file_on_the_first_tier_goes_up_through_connect() {
+    let (a, b) = (Sim::start(), Sim::start());
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client_sims(dir.path(), &tokens, &[&a, &b], "alice");
+    let s = serve(dir.path(), &tokens, &[]);
+    let local = dir.path().join("first tier");
+    let pool = area_pool(&local, &[("a", &a), ("b", &b)]);
+    std::fs::rename(local.join("pool.toml"), local.join("my pool.toml")).unwrap();
+    let pool = pool.replace("pool.toml", "my\\ pool.toml");
+    std::fs::write(local.join("x.txt"), "pooled x\n").unwrap();
+    let mut g = s.connect(&alice, &local, &[]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    assert_eq!(g.command_line(format!("BOINC_SELECT_PROJECT {pool} -").as_bytes()).unwrap(), ["S"]);
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("viaconnect", &[local.join("x.txt")]))), WAIT).unwrap();
+    assert_eq!(r, ["NULL"]);
+    let on = [&a, &b].iter().filter(|sim| !sim.batches_named("alice~viaconnect").is_empty()).count();
+    assert_eq!(on, 1, "the batch is on one project of the pool");
+    let jobs = wait_finished(&mut g, "viaconnect");
+    assert!(jobs.iter().all(|(_, st)| st == "DONE"), "{jobs:?}");
+    // The pool file is on the second tier by its content, not its name.
+    let kept: Vec<String> = std::fs::read_dir(s.files("alice").join(".transfer/in"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(kept.len(), 2, "the pool file and the input: {kept:?}");
+    // A pool file that is not there: refused here.
+    assert_eq!(g.command_line(b"BOINC_SELECT_PROJECT pool:missing.toml -").unwrap(), ["E"]);
+}

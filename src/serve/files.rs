@@ -559,8 +559,9 @@ fn list(dir: &Path, rel: &Path, found: &mut Vec<Vec<u8>>) -> io::Result<()> {
     Ok(())
 }
 
-/// The names in `.transfer/in/` (content names) of the inputs of the
-/// client's sequences that may still run a step, from its state database.
+/// The names in `.transfer/in/` (content names) of the inputs and pool
+/// files of the client's sequences that may still run a step, from its
+/// state database.
 fn sequence_inputs(client_dir: &Path) -> io::Result<HashSet<std::ffi::OsString>> {
     let Some(conn) = gahp_actors::state_db::open_read_only(client_dir).map_err(io::Error::other)? else { return Ok(HashSet::new()) };
     let paths = gahp_actors::sequences::store::inputs_in_use(&conn).map_err(io::Error::other)?;

@@ -21,7 +21,7 @@ use std::path::{Component, Path, PathBuf};
 use bytes::BytesMut;
 use futures_util::StreamExt;
 use gahp_actors::blah::map::{dir_token, dir_token_of};
-use gahp_actors::session::{GahpDecoder, MAX_LINE};
+use gahp_actors::session::{GahpDecoder, MAX_LINE, POOL_PREFIX};
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::escape::{join_args, split_args};
@@ -346,6 +346,14 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 .map(|()| (gahp::request::format(&Request::Async { reqid, command: AsyncCommand::Submit(s) }), None)),
             Some(Request::Async { reqid, command: AsyncCommand::FetchOutput(f) }) => {
                 self.fetch_into_area(reqid, f).await.map(|(line, p)| (line, Some((reqid.0, p))))
+            }
+            // A pool file goes up as an input does and is named by content.
+            Some(Request::SelectProject { url, authenticator }) if url.starts_with(POOL_PREFIX) => {
+                let local = PathBuf::from(&url[POOL_PREFIX.len()..]);
+                self.link.upload(Content::File(&local)).await.map(|sha| {
+                    let url = format!("{POOL_PREFIX}{}", content_path(&sha));
+                    (gahp::request::format(&Request::SelectProject { url, authenticator }), None)
+                })
             }
             Some(Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }) => self
                 .blah_inputs(ad)

@@ -193,16 +193,17 @@ pub struct SequenceStore {
     files: PathBuf,
 }
 
-/// The inputs of every sequence that may still run a step (running, or
-/// stopped and resumable), of any project, in a state database opened as
-/// found: what a sweep of old files must not delete from under it.
+/// The inputs and pool files of every sequence that may still run a step
+/// (running, or stopped and resumable; a relocated step reads its pool
+/// again), of any project, in a state database opened as found: what a
+/// sweep of old files must not delete from under it.
 pub fn inputs_in_use(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<PathBuf>> {
     let mut stmt = conn.prepare("SELECT def FROM sequences WHERE phase IN (?1, ?2)")?;
     let defs = stmt.query_map(params![Phase::Running.as_str(), Phase::Stopped.as_str()], |r| r.get::<_, String>(0))?;
     let mut out = Vec::new();
     for def in defs {
         match serde_json::from_str::<SequenceDef>(&def?) {
-            Ok(def) => out.extend(def.inputs.into_iter().map(|(path, _)| path)),
+            Ok(def) => out.extend(def.inputs.into_iter().map(|(path, _)| path).chain(def.pool.map(PathBuf::from))),
             // Not known to be free: the caller must keep everything.
             Err(e) => return Err(rusqlite::Error::ToSqlConversionFailure(Box::new(e))),
         }
@@ -541,7 +542,12 @@ mod tests {
         let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
         let (a, b) = (SequenceStore::new(db.clone(), dir.path(), "http://a/", "x"), SequenceStore::new(db, dir.path(), "http://b/", "y"));
         let rec = |name: &str, input: &str, phase| SequenceRecord {
-            def: SequenceDef { name: name.into(), inputs: vec![(input.into(), "params".into())], ..def() },
+            def: SequenceDef {
+                name: name.into(),
+                inputs: vec![(input.into(), "params".into())],
+                pool: Some(format!("{input}.pool")),
+                ..def()
+            },
             planned: 2,
             done: 1,
             phase,
@@ -559,7 +565,7 @@ mod tests {
         let conn = crate::state_db::open_read_only(dir.path()).unwrap().unwrap();
         let mut used = inputs_in_use(&conn).unwrap();
         used.sort();
-        assert_eq!(used, [PathBuf::from("/in/1"), PathBuf::from("/in/2")]);
+        assert_eq!(used, ["/in/1", "/in/1.pool", "/in/2", "/in/2.pool"].map(PathBuf::from));
     }
 
     #[test]
