@@ -1019,12 +1019,15 @@ mod tests {
             // Errors, whole or after jobs: never an answer.
             body("<query_batch2>\n<error>\n<error_num>-1</error_num>\n<error_msg>no batch named x</error_msg>\n</error>\n</query_batch2>\n"),
             body(&format!("{JOBS}<error><error_num>-1</error_num><error_msg>late</error_msg></error></query_batch2>\n")),
+            body(&format!("<error><error_num>-1</error_num><error_msg>early</error_msg></error>\n{JOBS}</query_batch2>\n")),
             body(&format!("{JOBS}<br />\n<b>Fatal error</b>:  Allowed memory size exhausted in <b>x.php</b><br />\n")),
             // Notices before the jobs (no error_num): the reply still reads.
             body(&format!("<error><error_msg><![CDATA[Undefined index]]></error_msg></error>\n{JOBS}</query_batch2>\n")),
             // What could run past a piece's end: CDATA and comments holding `</job>`, a tag left open.
             body(&format!("{JOBS}<job><job_name><![CDATA[x</job>y]]></job_name><status>DONE</status></job>\n</query_batch2>\n")),
             body(&format!("{JOBS}<!-- </job> --><job><job_name>d</job_name><status>DONE</status></job>\n</query_batch2>\n")),
+            body(&format!("{JOBS}<job><job_name><![CDATA[x<a></job>y]]></job_name><status>DONE</status></job>\n</query_batch2>\n")),
+            body(&format!("{JOBS}<!-- <a></job><job> --><job><job_name>d</job_name><status>DONE</status></job>\n</query_batch2>\n")),
             body(&format!("{JOBS}<job><job_name>e</job_name><status>DONE</status><odd </job>\n</query_batch2>\n")),
             body(&format!("{JOBS}<job><job_name>e</job_name><status>DONE</status><?odd </job> ?></job>\n</query_batch2>\n")),
             // A miscount, a job before any batch, nothing at all.
