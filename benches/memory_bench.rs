@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gahp_actors::project::submit_pipeline::CompactBatch;
+use gahp_protocol::boinc::reply::QueryBatch2Reader;
 use gahp_protocol::boinc::{reply, request, SubmitJob, SubmitParams};
 use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::reply::BatchesEncoder;
@@ -211,11 +212,24 @@ fn status_steps(sim: &SimProcess, batches: &[String]) {
     let old_line = CommandResult::Batches { server_time: states.server_time, groups }.into_encoded();
     let old = t.elapsed();
     drop(old_line);
-    // Now: read straight into the result line.
+    // Before the reply was streamed: the whole body read straight into the result line.
     let t = Instant::now();
     let (line, line_bytes, line_peak) = held(|| {
         let mut encoder = BatchesEncoder::with_capacity(body.len() / 4);
         let server_time = reply::read_query_batch2(&body, &mut encoder).unwrap();
+        encoder.finish(server_time)
+    });
+    let whole = t.elapsed();
+    drop(line);
+    // Now: the reply read as it arrives (in the 64 KiB pieces of an HTTP
+    // body), so only a piece of it is held besides the result line.
+    let t = Instant::now();
+    let (line, line_bytes_now, line_peak_now) = held(|| {
+        let mut reader = QueryBatch2Reader::new(BatchesEncoder::with_capacity(0));
+        for piece in body.chunks(64 << 10) {
+            reader.feed(piece);
+        }
+        let (encoder, server_time) = reader.finish().unwrap();
         encoder.finish(server_time)
     });
     let parse = t.elapsed();
@@ -227,17 +241,21 @@ fn status_steps(sim: &SimProcess, batches: &[String]) {
     println!(
         "status of {jobs} jobs, in-process: server {:.3} s for a {:.1} MB reply ({:.0} B/job); \
          before: parsed into {:.1} MB of structures ({:.0} B/job) then encoded, {:.3} s; \
-         now: read into the {:.1} MB result line in {:.3} s ({:.1} MB held, {:.1} MB peak besides the reply); written to /dev/null in {:.3} s",
+         the whole reply read into the {:.1} MB result line in {:.3} s ({:.1} MB held, {:.1} MB peak besides the reply); \
+         now, read as it arrives: parse {:.3} s ({:.1} MB held, {:.1} MB peak, the reply's pieces included), write to /dev/null {:.3} s",
         server.as_secs_f64(),
         mb(body.len()),
         body.len() as f64 / jobs.max(1) as f64,
         mb(parsed_bytes),
         parsed_bytes as f64 / jobs.max(1) as f64,
         old.as_secs_f64(),
-        mb(line.len()),
-        parse.as_secs_f64(),
+        mb(line_bytes),
+        whole.as_secs_f64(),
         mb(line_bytes),
         mb(line_peak),
+        parse.as_secs_f64(),
+        mb(line_bytes_now),
+        mb(line_peak_now),
         write.as_secs_f64()
     );
 }

@@ -43,7 +43,13 @@ impl ResultLine {
     fn new(reqid: ReqId, result: CommandResult) -> Self {
         match result {
             CommandResult::Encoded(args) => ResultLine { head: reqid.to_string().into_bytes(), tail: args },
-            other => ResultLine { head: other.encode(reqid), tail: Bytes::new() },
+            other => {
+                // Built by pushing, it may hold up to twice its length; a
+                // queue of 100,000 unread statuses holds each for long.
+                let mut head = other.encode(reqid);
+                head.shrink_to_fit();
+                ResultLine { head, tail: Bytes::new() }
+            }
         }
     }
 }

@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use gahp_protocol::boinc::reply::*;
 use gahp_protocol::boinc::xml::{decode_entities, escape};
-use gahp_protocol::boinc::{BatchStates, JobState};
+use gahp_protocol::boinc::{BatchStates, JobState, ReplyError};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
@@ -275,5 +275,62 @@ fn every_cut_of_small_captures() {
         for cut in 0..body.len() {
             assert_torn_never_differs(body, &whole, cut);
         }
+    }
+}
+
+/// Every call a query_batch2 reader makes, and its answer, as text.
+#[derive(Default)]
+struct Calls(Vec<String>);
+
+impl QueryBatch2Sink for Calls {
+    fn group(&mut self, size: usize) {
+        self.0.push(format!("group {size}"));
+    }
+    fn job(&mut self, name: &str, status: &str) {
+        self.0.push(format!("job {name:?} {status:?}"));
+    }
+}
+
+fn read_whole(body: &[u8]) -> String {
+    let mut calls = Calls::default();
+    let answer = read_query_batch2(body, &mut calls);
+    format!("{answer:?} {:?}", answer.is_ok().then_some(calls.0))
+}
+
+fn read_streamed(body: &[u8], piece: usize) -> String {
+    let mut reader = QueryBatch2Reader::new(Calls::default());
+    for chunk in body.chunks(piece.max(1)) {
+        reader.feed(chunk);
+    }
+    match reader.finish() {
+        Ok((calls, t)) => format!("{:?} {:?}", Ok::<f64, ReplyError>(t), Some(calls.0)),
+        Err(e) => format!("{:?} {:?}", Err::<f64, ReplyError>(e), None::<Vec<String>>),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Read as it arrives, in pieces of any size, a reply reads as it does
+    /// whole: the same answer or the same error, whatever junk is in it.
+    #[test]
+    fn query_batch2_streamed_reads_as_whole(
+        states in batch_states(),
+        junk in xmlish(),
+        at in any::<Index>(),
+        cut in any::<Index>(),
+        piece in 1usize..200,
+    ) {
+        let mut body = render_query_batch2(&states);
+        let at = at.index(body.len() + 1);
+        body.splice(at..at, junk);
+        let body = &body[..cut.index(body.len() + 1).max(at)];
+        prop_assert_eq!(read_streamed(body, piece), read_whole(body));
+    }
+
+    #[test]
+    fn query_batch2_streamed_reads_captures_as_whole(which in any::<Index>(), piece in 1usize..5000) {
+        let body = &capture_bodies()[which.index(capture_bodies().len())];
+        prop_assert_eq!(read_streamed(body, piece), read_whole(body));
     }
 }

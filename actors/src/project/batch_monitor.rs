@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{reply, request, ReplyError, Script};
+use gahp_protocol::boinc::reply::QueryBatch2Reader;
+use gahp_protocol::boinc::{request, Script};
 use gahp_protocol::gahp::reply::BatchesEncoder;
 use gahp_protocol::gahp::CommandResult;
 use tokio::sync::oneshot;
 
 use crate::config::DaemonConfig;
-use crate::project::rpc::{Rpc, RpcClient};
+use crate::project::rpc::{Rpc, RpcClient, StreamedReply};
 use crate::project::ProjectKey;
 
 type QueryKey = (u64, Vec<String>);
@@ -111,20 +112,19 @@ async fn query_batch2(
     let asked = if widen && min_mod_time > 0.0 { (min_mod_time.floor() - 1.0).max(0.0) } else { min_mod_time };
     let wanted = batches.len();
     let xml = request::query_batch2(auth, asked, &batches);
-    match rpc.idempotent(Script::SubmitRpcHandler, xml, encode_query_batch2, deadline).await {
-        Ok((groups, answer)) if groups == wanted => answer,
-        Ok((groups, _)) => {
+    match rpc.idempotent_streamed(Script::SubmitRpcHandler, xml, encode_query_batch2, deadline).await {
+        Ok((encoder, server_time)) if encoder.groups() == wanted => encoder.finish(server_time),
+        Ok((encoder, _)) => {
+            let groups = encoder.groups();
             CommandResult::Error(format!("error querying batch: -1 the server answered for {groups} batches, {wanted} were asked"))
         }
         Err(e) => CommandResult::Error(auth.redact_in(&format!("error querying batch: {e}"))),
     }
 }
 
-/// A query_batch2 reply read straight into its result line (no per-job
-/// structure in between): the number of batches answered and the answer.
-fn encode_query_batch2(body: &[u8]) -> Result<(usize, CommandResult), ReplyError> {
-    // A job is about 94 bytes of reply and 19 of result line.
-    let mut encoder = BatchesEncoder::with_capacity(body.len() / 4);
-    let server_time = reply::read_query_batch2(body, &mut encoder)?;
-    Ok((encoder.groups(), encoder.finish(server_time)))
+/// A query_batch2 reply read into its result line as it arrives (neither
+/// the reply nor a per-job structure is held whole); the line is the
+/// answer once the whole reply has come and read as one.
+fn encode_query_batch2() -> Box<dyn StreamedReply<Output = (BatchesEncoder, f64)>> {
+    Box::new(QueryBatch2Reader::new(BatchesEncoder::with_capacity(0)))
 }

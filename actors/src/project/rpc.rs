@@ -21,6 +21,7 @@ use awc::http::{header, StatusCode};
 use bytes::{Bytes, BytesMut};
 use futures_util::stream::LocalBoxStream;
 use futures_util::StreamExt;
+use gahp_protocol::boinc::reply::{QueryBatch2Reader, QueryBatch2Sink};
 use gahp_protocol::boinc::{reply, ReplyError, Script};
 use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -109,6 +110,38 @@ pub struct Attachment {
 /// A reply parser of the protocol crate.
 pub type Parse<T> = fn(&[u8]) -> Result<T, ReplyError>;
 
+/// A reply read as its body arrives, so that a large one is never held
+/// whole (a query_batch2 of a million jobs is about 94 MB). What it
+/// builds is scratch until `finish` says the whole body was a reply.
+pub trait StreamedReply {
+    type Output;
+    /// The next bytes of the body.
+    fn feed(&mut self, chunk: &[u8]);
+    /// Its answer, or what the whole body was instead.
+    fn finish(self: Box<Self>) -> Result<Self::Output, ReplyError>;
+}
+
+/// Starts the reading of one attempt's reply.
+pub type StartReply<T> = fn() -> Box<dyn StreamedReply<Output = T>>;
+
+/// A query_batch2 reply read as it arrives into its sink: the sink and
+/// the server time.
+impl<S: QueryBatch2Sink> StreamedReply for QueryBatch2Reader<S> {
+    type Output = (S, f64);
+    fn feed(&mut self, chunk: &[u8]) {
+        QueryBatch2Reader::feed(self, chunk);
+    }
+    fn finish(self: Box<Self>) -> Result<(S, f64), ReplyError> {
+        QueryBatch2Reader::finish(*self)
+    }
+}
+
+/// How a call's reply is read.
+enum Reading<T> {
+    Whole(Parse<T>),
+    Streamed(StartReply<T>),
+}
+
 /// One RPC: a POST of `xml` (form field `request`) to `script`, its reply
 /// parsed with `parse`. Made by the methods of [`Rpc`].
 pub struct Call<T> {
@@ -117,7 +150,7 @@ pub struct Call<T> {
     /// submit_batch request is about 1.9 MB.
     xml: Bytes,
     attachments: Vec<Attachment>,
-    parse: Parse<T>,
+    reading: Reading<T>,
     retry: Retry,
     deadline: Instant,
 }
@@ -153,6 +186,14 @@ pub struct Page {
 pub trait Rpc {
     /// Safe to repeat: retried on transient failures until `deadline`.
     async fn idempotent<T: Send + 'static>(&self, script: Script, xml: String, parse: Parse<T>, deadline: Instant) -> Result<T, RpcError>;
+    /// [`Rpc::idempotent`] whose reply is read as it arrives.
+    async fn idempotent_streamed<T: Send + 'static>(
+        &self,
+        script: Script,
+        xml: String,
+        start: StartReply<T>,
+        deadline: Instant,
+    ) -> Result<T, RpcError>;
     /// May have acted even when its reply is lost: one attempt; the caller
     /// asks the server what happened before trying again. `xml` may be
     /// shared `Bytes` (a request kept for a retry is not copied per attempt).
@@ -179,7 +220,20 @@ fn stopped<T>(_: MailboxError) -> Result<T, RpcError> {
 
 impl Rpc for Addr<RpcClient> {
     async fn idempotent<T: Send + 'static>(&self, script: Script, xml: String, parse: Parse<T>, deadline: Instant) -> Result<T, RpcError> {
-        let c = Call { script, xml: xml.into(), attachments: Vec::new(), parse, retry: Retry::Idempotent, deadline };
+        let c =
+            Call { script, xml: xml.into(), attachments: Vec::new(), reading: Reading::Whole(parse), retry: Retry::Idempotent, deadline };
+        self.send(c).await.unwrap_or_else(stopped)
+    }
+
+    async fn idempotent_streamed<T: Send + 'static>(
+        &self,
+        script: Script,
+        xml: String,
+        start: StartReply<T>,
+        deadline: Instant,
+    ) -> Result<T, RpcError> {
+        let reading = Reading::Streamed(start);
+        let c = Call { script, xml: xml.into(), attachments: Vec::new(), reading, retry: Retry::Idempotent, deadline };
         self.send(c).await.unwrap_or_else(stopped)
     }
 
@@ -191,7 +245,7 @@ impl Rpc for Addr<RpcClient> {
         parse: Parse<T>,
         deadline: Instant,
     ) -> Result<T, RpcError> {
-        let c = Call { script, xml: xml.into(), attachments, parse, retry: Retry::Once, deadline };
+        let c = Call { script, xml: xml.into(), attachments, reading: Reading::Whole(parse), retry: Retry::Once, deadline };
         self.send(c).await.unwrap_or_else(stopped)
     }
 
@@ -268,11 +322,31 @@ impl RpcClient {
             .await
             .map_err(send_error)?;
         classify_status(res.status())?;
+        let parse = match &call.reading {
+            Reading::Whole(parse) => *parse,
+            Reading::Streamed(start) => {
+                let mut reply = start();
+                let read = async {
+                    let mut len = 0;
+                    while let Some(chunk) = res.next().await {
+                        let chunk = chunk.map_err(|e| Attempt::Transient(format!("reply cut short: {e}")))?;
+                        len += chunk.len();
+                        if len > MAX_REPLY {
+                            return Err(Attempt::Transient(format!("reply cut short: over {MAX_REPLY} bytes")));
+                        }
+                        reply.feed(&chunk);
+                    }
+                    Ok(())
+                };
+                tokio::time::timeout_at(until, read).await.map_err(|_| body_stalled(timeout))??;
+                return reply.finish().map_err(RpcError::from_reply);
+            }
+        };
         let body = tokio::time::timeout_at(until, res.body().limit(MAX_REPLY))
             .await
             .map_err(|_| body_stalled(timeout))?
             .map_err(|e| Attempt::Transient(format!("reply cut short: {e}")))?;
-        (call.parse)(&body).map_err(RpcError::from_reply)
+        parse(&body).map_err(RpcError::from_reply)
     }
 
     /// The one retry loop: `attempt` gets the time left for it (bounded by

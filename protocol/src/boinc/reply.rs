@@ -276,60 +276,161 @@ pub trait QueryBatch2Sink {
 /// required and every group must hold exactly its `batch_size` jobs, so a
 /// torn body is never taken for a short answer.
 pub fn read_query_batch2(body: &[u8], sink: &mut impl QueryBatch2Sink) -> Result<f64, ReplyError> {
-    let (mut opened, mut closed) = (false, false);
-    let mut server_time = None;
-    // The batch being read: its batch_size and the jobs seen so far.
-    let mut current: Option<(i64, usize)> = None;
-    let mut miscount = None;
-    let mut problem = None;
-    let end_group = |current: Option<(i64, usize)>, miscount: &mut Option<String>| {
-        if let Some((size, seen)) = current {
-            if usize::try_from(size) != Ok(seen) && miscount.is_none() {
-                *miscount = Some(format!("batch_size {size} but {seen} jobs"));
-            }
+    let mut scan = Q2Scan::default();
+    scan.scan(body, sink);
+    scan.finish(body, false)
+}
+
+/// The state of [`read_query_batch2`] between the pieces of a body it is
+/// handed: what it would hold at that point of the whole body.
+#[derive(Default)]
+struct Q2Scan {
+    opened: bool,
+    closed: bool,
+    server_time: Option<f64>,
+    /// The batch being read: its batch_size and the jobs seen so far.
+    current: Option<(i64, usize)>,
+    miscount: Option<String>,
+    problem: Option<&'static str>,
+}
+
+impl Q2Scan {
+    /// Reads `buf`: a whole body, or a piece of one that ends where the
+    /// whole body's reading is between two top-level elements.
+    fn scan(&mut self, buf: &[u8], sink: &mut impl QueryBatch2Sink) {
+        if self.closed {
+            return;
         }
-    };
-    let mut r = Reader::new(body);
-    while let Some(token) = r.next() {
-        match token {
-            Token::Start(b"query_batch2") => opened = true,
-            Token::End(b"query_batch2") if opened => {
-                closed = true;
-                break;
-            }
-            Token::Start(name @ b"server_time") => server_time = r.double(name),
-            // An unreadable size reads as 0 and then fails the count check.
-            Token::Start(name @ b"batch_size") => {
-                end_group(current, &mut miscount);
-                let size = r.int(name).unwrap_or(0);
-                current = Some((size, 0));
-                sink.group(usize::try_from(size).unwrap_or(0));
-            }
-            Token::Start(b"job") => {
-                let (mut name, mut status) = (None, None);
-                let closed = read_block(&mut r, b"job", b"query_batch2", |field, r| match field {
-                    b"job_name" => name = r.0.value_ref(field),
-                    b"status" => status = r.0.value_ref(field),
-                    _ => {}
-                });
-                match (current.as_mut(), name, status) {
-                    (None, _, _) => problem = Some("<job> before any <batch_size>"),
-                    (Some((_, seen)), Some(name), Some(status)) if closed => {
-                        *seen += 1;
-                        sink.job(&name, &status);
-                    }
-                    _ => problem = Some("unreadable <job>"),
+        let mut r = Reader::new(buf);
+        while let Some(token) = r.next() {
+            match token {
+                Token::Start(b"query_batch2") => self.opened = true,
+                Token::End(b"query_batch2") if self.opened => {
+                    self.closed = true;
+                    break;
                 }
+                Token::Start(name @ b"server_time") => self.server_time = r.double(name),
+                // An unreadable size reads as 0 and then fails the count check.
+                Token::Start(name @ b"batch_size") => {
+                    self.end_group();
+                    let size = r.int(name).unwrap_or(0);
+                    self.current = Some((size, 0));
+                    sink.group(usize::try_from(size).unwrap_or(0));
+                }
+                Token::Start(b"job") => {
+                    let (mut name, mut status) = (None, None);
+                    let closed = read_block(&mut r, b"job", b"query_batch2", |field, r| match field {
+                        b"job_name" => name = r.0.value_ref(field),
+                        b"status" => status = r.0.value_ref(field),
+                        _ => {}
+                    });
+                    match (self.current.as_mut(), name, status) {
+                        (None, _, _) => self.problem = Some("<job> before any <batch_size>"),
+                        (Some((_, seen)), Some(name), Some(status)) if closed => {
+                            *seen += 1;
+                            sink.job(&name, &status);
+                        }
+                        _ => self.problem = Some("unreadable <job>"),
+                    }
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
-    end_group(current, &mut miscount);
-    let value = checked((), problem).and_then(|()| {
-        let server_time = server_time.ok_or("no readable <server_time>")?;
-        miscount.map_or(Ok(server_time), Err)
-    });
-    settle(body, opened && closed, "no <query_batch2>...</query_batch2>", value)
+
+    fn end_group(&mut self) {
+        if let Some((size, seen)) = self.current {
+            if usize::try_from(size) != Ok(seen) && self.miscount.is_none() {
+                self.miscount = Some(format!("batch_size {size} but {seen} jobs"));
+            }
+        }
+    }
+
+    /// The answer, once the body has been read: `tail` is what was not
+    /// read piece by piece (the whole body unless `pieces_read`).
+    fn finish(mut self, tail: &[u8], pieces_read: bool) -> Result<f64, ReplyError> {
+        self.end_group();
+        let value = checked((), self.problem).and_then(|()| {
+            let server_time = self.server_time.ok_or("no readable <server_time>")?;
+            self.miscount.map_or(Ok(server_time), Err)
+        });
+        settle_tail(tail, pieces_read, self.opened && self.closed, "no <query_batch2>...</query_batch2>", value)
+    }
+}
+
+/// [`read_query_batch2`] on a body handed over as it arrives, so that a
+/// reply of a million jobs (about 94 MB) is never held whole: each piece
+/// up to the last whole `<job>` is read and dropped, the rest waits for
+/// the next. The answer is exactly the whole body's, the same `Ok` or the
+/// same error, so a torn or error reply never passes: `sink` is the
+/// caller's scratch, to be thrown away unless [`finish`](Self::finish)
+/// says `Ok`.
+///
+/// A piece is read early only where reading it alone cannot differ from
+/// reading it within the whole body: it ends with a `</job>` that is a
+/// tag of its own, and holds no `<!` (a comment or CDATA could run past
+/// its end), no `<error` and no PHP fatal error (which the whole body's
+/// error rules look for). A body that holds one of them is kept from
+/// there on and read at the end, as [`read_query_batch2`] would.
+pub struct QueryBatch2Reader<S> {
+    sink: S,
+    scan: Q2Scan,
+    /// The bytes not read yet.
+    pending: Vec<u8>,
+    /// `pending` has no `</job>` before this offset.
+    searched: usize,
+    /// Some piece was read early.
+    pieces_read: bool,
+    /// Nothing more is read early.
+    whole: bool,
+}
+
+impl<S: QueryBatch2Sink> QueryBatch2Reader<S> {
+    pub fn new(sink: S) -> Self {
+        QueryBatch2Reader { sink, scan: Q2Scan::default(), pending: Vec::new(), searched: 0, pieces_read: false, whole: false }
+    }
+
+    /// The next bytes of the body.
+    pub fn feed(&mut self, chunk: &[u8]) {
+        self.pending.extend_from_slice(chunk);
+        if self.whole {
+            return;
+        }
+        const END: &[u8] = b"</job>";
+        let found = memchr::memmem::rfind(&self.pending[self.searched..], END).map(|at| self.searched + at);
+        self.searched = self.pending.len().saturating_sub(END.len() - 1);
+        let Some(at) = found else { return };
+        let cut = at + END.len();
+        if !readable_alone(&self.pending[..cut], at) {
+            self.whole = true;
+            return;
+        }
+        self.scan.scan(&self.pending[..cut], &mut self.sink);
+        self.pending.drain(..cut);
+        self.searched = self.pending.len().saturating_sub(END.len() - 1);
+        self.pieces_read = true;
+    }
+
+    /// The sink and the server time, or the error the whole body is.
+    pub fn finish(mut self) -> Result<(S, f64), ReplyError> {
+        self.scan.scan(&self.pending, &mut self.sink);
+        let server_time = self.scan.finish(&self.pending, self.pieces_read)?;
+        Ok((self.sink, server_time))
+    }
+}
+
+/// `piece` (ending with the `</job>` at `end_tag`) reads alone as it
+/// reads at the start of its body, up to its last byte: see
+/// [`QueryBatch2Reader`].
+fn readable_alone(piece: &[u8], end_tag: usize) -> bool {
+    use memchr::memmem::find;
+    if find(piece, b"<!").is_some() || find(piece, b"<error").is_some() || find(piece, b"Fatal error").is_some() {
+        return false;
+    }
+    // The `</job>` is a tag of its own unless a tag opened after the last
+    // `>` before it is still open there (text before it ends at its `<`).
+    let from = memchr::memrchr(b'>', &piece[..end_tag]).map_or(0, |gt| gt + 1);
+    !(from..end_tag).any(|i| xml::opens_markup(&piece[i..]))
 }
 
 /// `query_completed_job`: the `<completed_job>` block. A block cut short
@@ -573,15 +674,21 @@ fn last_int(body: &[u8], name: &[u8]) -> Option<i64> {
 /// reply's success marker was found; `missing`: what to say when it was not;
 /// `value`: the parse result, or why the content is unusable.
 fn settle<T>(body: &[u8], marker: bool, missing: &str, value: Result<T, String>) -> Result<T, ReplyError> {
-    if let Some(error) = boinc_error(body) {
+    settle_tail(body, false, marker, missing, value)
+}
+
+/// [`settle`] of a body of which only `tail` is left, the rest read
+/// before (`read_before`) and holding no error and no PHP fatal error.
+fn settle_tail<T>(tail: &[u8], read_before: bool, marker: bool, missing: &str, value: Result<T, String>) -> Result<T, ReplyError> {
+    if let Some(error) = boinc_error(tail) {
         return Err(error);
     }
     if !marker {
-        if let Some(fatal) = php_fatal(body) {
+        if let Some(fatal) = php_fatal(tail) {
             return Err(fatal);
         }
-        let reason =
-            if xml::trim_ascii(&String::from_utf8_lossy(body)).is_empty() { "empty reply".to_string() } else { missing.to_string() };
+        let empty = !read_before && xml::trim_ascii(&String::from_utf8_lossy(tail)).is_empty();
+        let reason = if empty { "empty reply".to_string() } else { missing.to_string() };
         return Err(ReplyError::Malformed(reason));
     }
     value.map_err(ReplyError::Malformed)
@@ -873,5 +980,101 @@ mod tests {
         assert_eq!((c.name.as_str(), c.server_version.as_str(), c.web_stopped), ("boinctest", "1.1.0", false));
         assert!(parse_project_config(b"<project_config><web_stopped>1</web_stopped></project_config>").unwrap().web_stopped);
         assert!(parse_project_config(b"<html>Not Found</html>").is_err());
+    }
+
+    /// Every call a query_batch2 reader makes, in order.
+    #[derive(Debug, Default, PartialEq)]
+    struct Calls(Vec<(usize, String, String)>);
+
+    impl QueryBatch2Sink for Calls {
+        fn group(&mut self, size: usize) {
+            self.0.push((size, String::new(), String::new()));
+        }
+        fn job(&mut self, name: &str, status: &str) {
+            self.0.push((usize::MAX, name.to_string(), status.to_string()));
+        }
+    }
+
+    fn whole(body: &[u8]) -> Result<(Calls, f64), ReplyError> {
+        let mut calls = Calls::default();
+        read_query_batch2(body, &mut calls).map(|t| (calls, t))
+    }
+
+    fn streamed(body: &[u8], piece: usize) -> Result<(Calls, f64), ReplyError> {
+        let mut reader = QueryBatch2Reader::new(Calls::default());
+        for chunk in body.chunks(piece.max(1)) {
+            reader.feed(chunk);
+        }
+        reader.finish()
+    }
+
+    const JOBS: &str = "<query_batch2>\n<server_time>100.5</server_time>\n<batch_size>2</batch_size>\n\
+        <job><job_name>a_0</job_name><status>DONE</status></job>\n<job><job_name>a&amp;1</job_name><status>NEW_ONE</status></job>\n\
+        <batch_size>0</batch_size>\n<batch_size>1</batch_size>\n<job>\n  <job_name>c_0</job_name>\n  <status>UNSENT</status>\n</job>\n";
+
+    #[test]
+    fn a_streamed_status_reply_reads_as_the_whole_body_in_pieces_of_any_size() {
+        let bodies = [
+            body(&format!("{JOBS}</query_batch2>\n")),
+            // Errors, whole or after jobs: never an answer.
+            body("<query_batch2>\n<error>\n<error_num>-1</error_num>\n<error_msg>no batch named x</error_msg>\n</error>\n</query_batch2>\n"),
+            body(&format!("{JOBS}<error><error_num>-1</error_num><error_msg>late</error_msg></error></query_batch2>\n")),
+            body(&format!("<error><error_num>-1</error_num><error_msg>early</error_msg></error>\n{JOBS}</query_batch2>\n")),
+            body(&format!("{JOBS}<br />\n<b>Fatal error</b>:  Allowed memory size exhausted in <b>x.php</b><br />\n")),
+            // Notices before the jobs (no error_num): the reply still reads.
+            body(&format!("<error><error_msg><![CDATA[Undefined index]]></error_msg></error>\n{JOBS}</query_batch2>\n")),
+            // What could run past a piece's end: CDATA and comments holding `</job>`, a tag left open.
+            body(&format!("{JOBS}<job><job_name><![CDATA[x</job>y]]></job_name><status>DONE</status></job>\n</query_batch2>\n")),
+            body(&format!("{JOBS}<!-- </job> --><job><job_name>d</job_name><status>DONE</status></job>\n</query_batch2>\n")),
+            body(&format!("{JOBS}<job><job_name><![CDATA[x<a></job>y]]></job_name><status>DONE</status></job>\n</query_batch2>\n")),
+            body(&format!("{JOBS}<!-- <a></job><job> --><job><job_name>d</job_name><status>DONE</status></job>\n</query_batch2>\n")),
+            body(&format!("{JOBS}<job><job_name>e</job_name><status>DONE</status><odd </job>\n</query_batch2>\n")),
+            body(&format!("{JOBS}<job><job_name>e</job_name><status>DONE</status><?odd </job> ?></job>\n</query_batch2>\n")),
+            // A miscount, a job before any batch, nothing at all.
+            body("<query_batch2>\n<server_time>1</server_time>\n<batch_size>2</batch_size>\n<job><job_name>a</job_name><status>DONE</status></job>\n</query_batch2>\n"),
+            body("<query_batch2>\n<server_time>1</server_time>\n<job><job_name>a</job_name><status>DONE</status></job>\n</query_batch2>\n"),
+            b"".to_vec(),
+            b"  \n ".to_vec(),
+        ];
+        for b in &bodies {
+            let expected = whole(b);
+            for piece in [1, 2, 3, 5, 7, 13, 64, 1000, b.len()] {
+                assert_eq!(streamed(b, piece), expected, "pieces of {piece}: {}", String::from_utf8_lossy(b));
+            }
+        }
+        assert_eq!(whole(&bodies[0]).unwrap().0 .0.len(), 6, "the plain reply is an answer");
+        assert!(whole(&bodies[3]).is_err() && whole(&bodies[2]).is_err());
+    }
+
+    #[test]
+    fn a_torn_status_reply_is_never_an_answer_streamed() {
+        let full = body(&format!("{JOBS}</query_batch2>\n"));
+        // Cut anywhere before its end tag is whole.
+        for cut in 0..full.len() - "\n".len() - 1 {
+            let torn = &full[..cut];
+            for piece in [1, 4, 16, cut.max(1)] {
+                let r = streamed(torn, piece);
+                assert!(r.is_err(), "torn at {cut}, pieces of {piece}: {r:?}");
+                assert_eq!(r, whole(torn));
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_streamed_reply_is_read_piece_by_piece() {
+        let mut text = String::from("<query_batch2>\n<server_time>7</server_time>\n<batch_size>10000</batch_size>\n");
+        for k in 0..10_000 {
+            text.push_str(&format!("<job><job_name>b_{k}</job_name><status>IN_PROGRESS</status></job>\n"));
+        }
+        text.push_str("</query_batch2>\n");
+        let mut reader = QueryBatch2Reader::new(Calls::default());
+        let mut held = 0;
+        for chunk in text.as_bytes().chunks(8192) {
+            reader.feed(chunk);
+            held = held.max(reader.pending.len());
+        }
+        assert!(held <= 8192 + 64, "at most a piece and a job are held, not the body: {held}");
+        let (calls, t) = reader.finish().unwrap();
+        assert_eq!((calls.0.len(), t), (10_001, 7.0));
     }
 }

@@ -152,7 +152,7 @@ pub fn text_value(raw: &[u8]) -> String {
 /// Whether the `<` at the start of `s` opens markup. A `<` followed by
 /// anything else (a space, a digit, the end) is text: error messages carry
 /// raw `<`.
-fn opens_markup(s: &[u8]) -> bool {
+pub(crate) fn opens_markup(s: &[u8]) -> bool {
     let name_start = |b: u8| b.is_ascii_alphabetic() || b == b'_' || b == b':';
     if s.first() != Some(&b'<') {
         return false;

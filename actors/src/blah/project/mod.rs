@@ -439,7 +439,7 @@ struct Delivery {
 /// What one query_batch2 said.
 struct BatchStates {
     /// Job -> its status, for every job of the batches answered.
-    states: HashMap<String, BoincStatus>,
+    states: status::JobStates,
     answered: HashSet<String>,
     /// Batch -> how many of its jobs are DONE (delivered ones included).
     finished: HashMap<String, usize>,

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
 use actix::prelude::*;
-use gahp_protocol::boinc::{reply, request, ReplyError, Script};
+use gahp_protocol::boinc::{reply, request, Script};
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::BlahResult;
@@ -15,7 +15,7 @@ use super::*;
 use crate::blah::batch_zip;
 use crate::blah::outputs::{held_ad, status_ad};
 use crate::blah::store::{self, Phase};
-use crate::project::rpc::{Rpc, RpcClient, RpcError};
+use crate::project::rpc::{Rpc, RpcClient, RpcError, StreamedReply};
 use crate::sequences::relocator::QueryStarted;
 
 impl BlahProject {
@@ -100,10 +100,10 @@ impl BlahProject {
         let mut lost = Vec::new();
         for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched() && !j.is_sequence()) {
             match states.get(name) {
-                Some(status) if job.boinc.as_ref() != Some(status) => {
+                Some(status) if job.boinc.as_ref() != Some(&status) => {
                     let (j, s) = (name.clone(), status.as_str().to_string());
                     self.store.write("store a BOINC status", move |c| store::set_boinc_status(c, &j, &s));
-                    job.boinc = Some(status.clone());
+                    job.boinc = Some(status);
                 }
                 Some(_) => {}
                 None => match gone.get(&*job.batch) {
@@ -191,10 +191,10 @@ impl BlahProject {
     }
 }
 
-/// A query_batch2 reply as the refresh uses it, read without a structure
-/// per job besides the map (a status is a byte, not a `String`).
+/// A query_batch2 reply as the refresh uses it, read as it arrives.
+#[derive(Default)]
 struct StatesReply {
-    states: HashMap<String, BoincStatus>,
+    states: JobStates,
     /// Per batch asked, in order: how many of its jobs are DONE.
     done: Vec<usize>,
 }
@@ -205,20 +205,96 @@ impl reply::QueryBatch2Sink for StatesReply {
         self.states.reserve(batch_size.min(1 << 20));
     }
     fn job(&mut self, name: &str, status: &str) {
-        let status = BoincStatus::of(status);
-        if status.as_str() == "DONE" {
+        if status == "DONE" {
             if let Some(d) = self.done.last_mut() {
                 *d += 1;
             }
         }
-        self.states.insert(name.to_string(), status);
+        self.states.push(name, status);
     }
 }
 
-fn parse_states(body: &[u8]) -> Result<StatesReply, ReplyError> {
-    let mut out = StatesReply { states: HashMap::new(), done: Vec::new() };
-    reply::read_query_batch2(body, &mut out)?;
-    Ok(out)
+/// The statuses of a query_batch2 reply by job name, compactly: the names
+/// in one buffer, a status a byte, found by binary search (about 40 bytes
+/// a job, where a map of `String`s took about 110).
+#[derive(Default)]
+pub(super) struct JobStates {
+    names: String,
+    /// Where each job's name ends in `names`.
+    ends: Vec<u32>,
+    /// Each job's status: its index in [`BoincStatus::KNOWN`], or
+    /// [`JobStates::OTHER`] with its text in `others`.
+    statuses: Vec<u8>,
+    /// (job, text) of the statuses this daemon does not know, by job.
+    others: Vec<(u32, Box<str>)>,
+    /// The jobs by name (see [`JobStates::index`]).
+    order: Vec<u32>,
+}
+
+impl JobStates {
+    const OTHER: u8 = u8::MAX;
+
+    fn reserve(&mut self, jobs: usize) {
+        self.ends.reserve(jobs);
+        self.statuses.reserve(jobs);
+    }
+
+    fn push(&mut self, name: &str, status: &str) {
+        // A reply is at most MAX_REPLY (256 MB) long: its names fit.
+        let (Ok(job), Ok(end)) = (u32::try_from(self.ends.len()), u32::try_from(self.names.len() + name.len())) else { return };
+        self.names.push_str(name);
+        self.ends.push(end);
+        match BoincStatus::KNOWN.iter().position(|k| *k == status) {
+            Some(i) => self.statuses.push(i as u8),
+            None => {
+                self.statuses.push(JobStates::OTHER);
+                self.others.push((job, status.into()));
+            }
+        }
+    }
+
+    fn name(&self, job: u32) -> &str {
+        let job = job as usize;
+        let start = if job == 0 { 0 } else { self.ends[job - 1] as usize };
+        &self.names[start..self.ends[job] as usize]
+    }
+
+    /// Sorts the jobs by name for [`JobStates::get`]; done once, when the
+    /// reply is whole.
+    fn index(&mut self) {
+        let mut order: Vec<u32> = (0..self.ends.len() as u32).collect();
+        // Stable: of two jobs of one name the later is found, as a map would keep it.
+        order.sort_by(|a, b| self.name(*a).cmp(self.name(*b)));
+        self.order = order;
+        self.names.shrink_to_fit();
+        self.ends.shrink_to_fit();
+        self.statuses.shrink_to_fit();
+    }
+
+    pub(super) fn get(&self, name: &str) -> Option<BoincStatus> {
+        let after = self.order.partition_point(|j| self.name(*j) <= name);
+        let job = *self.order.get(after.checked_sub(1)?)?;
+        if self.name(job) != name {
+            return None;
+        }
+        match self.statuses[job as usize] {
+            JobStates::OTHER => {
+                let at = self.others.binary_search_by_key(&job, |(j, _)| *j).ok()?;
+                Some(BoincStatus::Other(self.others[at].1.clone()))
+            }
+            known => BoincStatus::KNOWN.get(known as usize).map(|k| BoincStatus::Known(k)),
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+}
+
+/// Reads a query_batch2 reply as it arrives.
+fn read_states() -> Box<dyn StreamedReply<Output = (StatesReply, f64)>> {
+    Box::new(reply::QueryBatch2Reader::new(StatesReply::default()))
 }
 
 /// query_batch2 over `names`; a batch the server does not know (or that
@@ -229,11 +305,12 @@ pub(super) async fn query_states(
     mut names: Vec<String>,
     deadline: Instant,
 ) -> Result<BatchStates, RpcError> {
-    let mut out = BatchStates { states: HashMap::new(), answered: HashSet::new(), finished: HashMap::new(), gone: Vec::new() };
+    let mut out = BatchStates { states: JobStates::default(), answered: HashSet::new(), finished: HashMap::new(), gone: Vec::new() };
     while !names.is_empty() {
         let xml = request::query_batch2(auth, 0.0, &names);
-        match rpc.idempotent(Script::SubmitRpcHandler, xml, parse_states, deadline).await {
-            Ok(reply) => {
+        match rpc.idempotent_streamed(Script::SubmitRpcHandler, xml, read_states, deadline).await {
+            Ok((mut reply, _)) => {
+                reply.states.index();
                 for (name, done) in names.into_iter().zip(reply.done) {
                     out.finished.insert(name.clone(), done);
                     out.answered.insert(name);
@@ -258,19 +335,40 @@ pub(super) async fn query_states(
 mod tests {
     use super::*;
 
+    fn parse_states(body: &[u8], piece: usize) -> Result<StatesReply, gahp_protocol::boinc::ReplyError> {
+        let mut reader = read_states();
+        for chunk in body.chunks(piece) {
+            reader.feed(chunk);
+        }
+        let (mut reply, _) = reader.finish()?;
+        reply.states.index();
+        Ok(reply)
+    }
+
     #[test]
     fn a_status_reply_is_read_into_states_and_done_counts() {
         let body = b"<query_batch2>\n<server_time>100.5</server_time>\n\
-             <batch_size>2</batch_size>\n<job><job_name>a</job_name><status>DONE</status></job>\n\
-             <job><job_name>b</job_name><status>NEW_ONE</status></job>\n\
+             <batch_size>3</batch_size>\n<job><job_name>a</job_name><status>DONE</status></job>\n\
+             <job><job_name>b</job_name><status>NEW_ONE</status></job>\n<job><job_name>a</job_name><status>ERROR</status></job>\n\
              <batch_size>0</batch_size>\n\
-             <batch_size>1</batch_size>\n<job><job_name>c</job_name><status>DONE</status></job>\n\
+             <batch_size>2</batch_size>\n<job><job_name>c</job_name><status>DONE</status></job>\n\
+             <job><job_name>bb</job_name><status>UNSENT</status></job>\n\
              </query_batch2>\n";
-        let r = parse_states(body).unwrap();
-        assert_eq!(r.done, [1, 0, 1]);
-        assert_eq!(r.states.len(), 3);
-        assert_eq!(r.states["a"], BoincStatus::of("DONE"));
-        assert_eq!(r.states["b"].as_str(), "NEW_ONE");
-        assert!(parse_states(b"<query_batch2>\n<batch_size>2</batch_size>\n").is_err());
+        for piece in [1, 7, 64, body.len()] {
+            let r = parse_states(body, piece).unwrap();
+            assert_eq!(r.done, [1, 0, 1]);
+            assert_eq!(r.states.len(), 5);
+            assert_eq!(r.states.get("a"), Some(BoincStatus::of("ERROR")), "the later of one name, as a map keeps it");
+            assert_eq!(r.states.get("b").map(|s| s.as_str().to_string()).as_deref(), Some("NEW_ONE"));
+            assert_eq!(r.states.get("bb"), Some(BoincStatus::of("UNSENT")));
+            assert_eq!(r.states.get("c"), Some(BoincStatus::of("DONE")));
+            assert_eq!((r.states.get(""), r.states.get("d"), r.states.get("0")), (None, None, None));
+        }
+        // Torn, or an error after statuses: no states at all.
+        assert!(parse_states(b"<query_batch2>\n<batch_size>2</batch_size>\n", 4).is_err());
+        let mut errs = body.to_vec();
+        let at = errs.len() - "</query_batch2>\n".len();
+        errs.splice(at..at, b"<error><error_num>-1</error_num><error_msg>x</error_msg></error>".iter().copied());
+        assert!(parse_states(&errs, 16).is_err());
     }
 }
