@@ -112,7 +112,11 @@ impl Engine {
     /// Runs rounds until `stop` turns true; then kills running instances.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
         self.resume().await;
-        let mut tick = tokio::time::interval(Duration::from_millis(self.ctx.cfg.tick_ms));
+        // The first round a tick after the start, not at once: a test that
+        // sets a long tick gets no round at all (an immediate one could
+        // run late, after its first requests, on a busy machine).
+        let period = Duration::from_millis(self.ctx.cfg.tick_ms);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
