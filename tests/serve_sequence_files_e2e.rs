@@ -36,6 +36,16 @@ fn fetch(name: &str, step: StepSelector, dir: &Path) -> SequenceCommand {
     SequenceCommand::Fetch(FetchSequence { name: name.into(), step, dir: dir.to_path_buf() })
 }
 
+/// A serve (flags after `serve`: `extra`) that looks at sequences every
+/// 0.2 s, and its client alice's token file.
+fn serve_polling_sequences(dir: &Path, sim: &Sim, extra: &[&str]) -> (Serve, PathBuf) {
+    let tokens = dir.join("tokens.toml");
+    let alice = add_client(dir, &tokens, sim, "alice");
+    let config = dir.join("config.toml");
+    std::fs::write(&config, "sequence_poll_ms = 200\n").unwrap();
+    (serve_with(dir, &tokens, &["--config", config.to_str().unwrap()], extra), alice)
+}
+
 /// The regular files below `dir`, relative to it, sorted.
 fn files_below(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
@@ -58,11 +68,7 @@ fn files_below(dir: &Path) -> Vec<PathBuf> {
 fn a_sequence_through_connect_sends_its_inputs_once_and_its_files_come_back_to_the_local_directory() {
     let sim = Sim::start();
     let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.toml");
-    let alice = add_client(dir.path(), &tokens, &sim, "alice");
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, "sequence_poll_ms = 200\n").unwrap();
-    let s = serve_with(dir.path(), &tokens, &["--config", config.to_str().unwrap()], &[]);
+    let (s, alice) = serve_polling_sequences(dir.path(), &sim, &[]);
 
     // The files are on the first tier only, outside the client's area,
     // with spaces in their names.
@@ -127,12 +133,8 @@ fn a_sequence_through_connect_sends_its_inputs_once_and_its_files_come_back_to_t
 fn a_running_sequences_inputs_outlast_the_retention_and_go_after_it_ends() {
     let sim = Sim::start();
     let dir = tempfile::tempdir().unwrap();
-    let tokens = dir.path().join("tokens.toml");
-    let alice = add_client(dir.path(), &tokens, &sim, "alice");
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, "sequence_poll_ms = 200\n").unwrap();
     // 0.00002 days: 1.7 s, swept every 0.2 s.
-    let s = serve_with(dir.path(), &tokens, &["--config", config.to_str().unwrap()], &["--keep-files-days", "0.00002"]);
+    let (s, alice) = serve_polling_sequences(dir.path(), &sim, &["--keep-files-days", "0.00002"]);
     let local = dir.path().join("first tier");
     std::fs::create_dir_all(&local).unwrap();
     std::fs::write(local.join("state 0"), b"").unwrap();
