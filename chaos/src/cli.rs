@@ -1,6 +1,6 @@
 //! The `gahp-chaos` command line: a sweep of seeded runs, or a soak.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -84,12 +84,6 @@ const SIM_TIME_SCALE: f64 = 100.0;
 
 fn sibling(name: &str) -> PathBuf {
     std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join(name))).unwrap_or_else(|| PathBuf::from(name))
-}
-
-fn read_auth(path: &Path) -> Result<Authenticator, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let word = text.split_whitespace().next().ok_or_else(|| format!("{}: no authenticator in it", path.display()))?;
-    Ok(Authenticator::new(word.to_string()))
 }
 
 /// The command that replays one seed.
@@ -220,7 +214,12 @@ fn sweep(cli: &Cli) -> Result<bool, String> {
             None => {
                 let f = cli.auth_file.clone().ok_or("--auth-file is needed")?;
                 let f = f.canonicalize().map_err(|e| format!("{}: {e}", f.display()))?;
-                (cli.url.clone().ok_or("--url is needed")?, read_auth(&f)?, f, Source::Rpc)
+                (
+                    cli.url.clone().ok_or("--url is needed")?,
+                    gahp_actors::config::read_authenticator_file(&f).map_err(|e| e.to_string())?,
+                    f,
+                    Source::Rpc,
+                )
             }
         };
         let upstream = Upstream::parse(&url, &cli.ca_file).map_err(|e| e.to_string())?;

@@ -37,9 +37,13 @@ fn tagged(roff: &mut Roff, title: &str, entries: &[(&str, &str)]) {
 
 /// The page of a tool of the boinc-gahp-tools package: what clap knows,
 /// and where to read more.
+/// A page of this release's manual for `cmd`.
+fn page(cmd: clap::Command) -> Man {
+    Man::new(cmd.version(env!("CARGO_PKG_VERSION"))).manual("boinc-gahp").source(concat!("boinc-gahp ", env!("CARGO_PKG_VERSION")))
+}
+
 fn render_tool(cmd: clap::Command, w: &mut dyn Write) -> io::Result<()> {
-    let man =
-        Man::new(cmd.version(env!("CARGO_PKG_VERSION"))).manual("boinc-gahp").source(concat!("boinc-gahp ", env!("CARGO_PKG_VERSION")));
+    let man = page(cmd);
     man.render_title(w)?;
     man.render_name_section(w)?;
     man.render_synopsis_section(w)?;
@@ -61,9 +65,9 @@ fn render_tool(cmd: clap::Command, w: &mut dyn Write) -> io::Result<()> {
 }
 
 fn render_daemon(w: &mut dyn Write) -> io::Result<()> {
-    let cmd = Cli::command().version(env!("CARGO_PKG_VERSION"));
+    let cmd = Cli::command();
     let has_subcommands = cmd.get_subcommands().next().is_some();
-    let man = Man::new(cmd).manual("boinc-gahp").source(concat!("boinc-gahp ", env!("CARGO_PKG_VERSION")));
+    let man = page(cmd);
     man.render_title(w)?;
     man.render_name_section(w)?;
     man.render_synopsis_section(w)?;
