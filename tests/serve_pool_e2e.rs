@@ -123,3 +123,49 @@ fn a_pool_file_on_the_first_tier_goes_up_through_connect() {
     // A pool file that is not there: refused here.
     assert_eq!(g.command_line(b"BOINC_SELECT_PROJECT pool:missing.toml -").unwrap(), ["E"]);
 }
+
+/// A project's files are the project's, whoever asks (seen on the real
+/// server): what one client's pool learnt of them spares the pool of
+/// another client, on another account, the same `query_files`.
+#[test]
+fn what_one_clients_pool_learnt_of_a_projects_files_spares_another_clients_pool_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = "0123456789abcdef0123456789abcdef";
+    let users = format!("[[users]]\nname = \"other\"\nauthenticator = \"{other}\"\nsubmit_all = true\n");
+    let sim_in = |sub: &str| {
+        let d = dir.path().join(sub);
+        std::fs::create_dir_all(&d).unwrap();
+        Sim::start_config(&d, &users)
+    };
+    let (a, b) = (sim_in("sim a"), sim_in("sim b"));
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client_sims(dir.path(), &tokens, &[&a, &b], "alice");
+    let bob = add_client_sims(dir.path(), &tokens, &[&a, &b], "bob");
+    // Bob's account is another one, on both projects.
+    for f in ["bob.auth", "bob-1.auth"] {
+        std::fs::write(dir.path().join(f), format!("{other}\n")).unwrap();
+    }
+    let s = serve(dir.path(), &tokens, &[]);
+    let sims = [("a", &a), ("b", &b)];
+    for (name, token) in [("alice", &alice), ("bob", &bob)] {
+        let area = s.files(name);
+        let pool = area_pool(&area, &sims);
+        std::fs::create_dir_all(area.join("in")).unwrap();
+        std::fs::write(area.join("in/data"), "the data set both use\n").unwrap();
+        let mut g = s.connect(token, dir.path(), &["--remote-paths"]);
+        g.command_line(b"ASYNC_MODE_ON").unwrap();
+        assert_eq!(g.command_line(format!("BOINC_SELECT_PROJECT {pool} -").as_bytes()).unwrap(), ["S"], "{name}");
+        let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("same", &[PathBuf::from("in/data")]))), WAIT).unwrap();
+        assert_eq!(r, ["NULL"], "{name}");
+    }
+    let on = |batch: &str| -> Vec<&str> {
+        sims.iter().filter(|(_, sim)| !sim.batches_named(batch).is_empty()).map(|(n, _)| *n).collect()
+    };
+    let holder = on("alice~same");
+    assert_eq!(holder.len(), 1, "{holder:?}");
+    assert_eq!(on("bob~same"), holder, "Bob's batch goes where the data is");
+    // The project without the data was asked which files it holds once,
+    // for Alice's pool: Bob's pool knew the answer already.
+    let (_, elsewhere) = sims.iter().find(|(n, _)| *n != holder[0]).unwrap();
+    assert_eq!(elsewhere.calls("job_file.php:query_files"), 1);
+}

@@ -4,14 +4,20 @@
 //! `query_files` without a batch id lists which of the names it lacks, and
 //! has no side effect.
 //!
-//! The cache keeps, per project and file name, whether the project had the
-//! file, for the pool's `rank_cache_ttl_secs`; a file a batch uploaded is
+//! What was learnt, per project and file name, is kept for the pool's
+//! `rank_cache_ttl_secs` in one table for every pool of the thread (every
+//! client of one `boinc_gahp serve`): a project's files are the project's,
+//! not an account's (seen on the real server: a file one submitter
+//! uploaded is present to another's `query_files`), so what one client's
+//! pool learnt spares the next client's the call. The calls themselves are
+//! made with the asking pool's own account. A file a batch uploaded is
 //! recorded as present when the submit succeeds. A project that can't be
 //! asked has no overlap (the function is `undefined` for it).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures_util::future::join_all;
@@ -26,20 +32,48 @@ use crate::projects::Projects;
 /// File names per query_files call (the request stays small).
 const NAMES_PER_QUERY: usize = 1000;
 
+/// Whether projects hold files, as learnt by any pool of the thread.
+#[derive(Default)]
+struct ProjectFiles {
+    /// (project URL, file name) -> (present, when learnt).
+    known: HashMap<(String, String), (bool, Instant)>,
+    /// The longest time any pool keeps an answer: older ones are dropped.
+    keep: Duration,
+}
+
+thread_local! {
+    static FILES: RefCell<ProjectFiles> = RefCell::default();
+}
+
+impl ProjectFiles {
+    fn fresh(&self, url: &str, name: &str, ttl: Duration) -> Option<bool> {
+        self.known.get(&(url.to_string(), name.to_string())).filter(|(_, at)| at.elapsed() < ttl).map(|(p, _)| *p)
+    }
+
+    fn learnt(&mut self, url: &str, names: impl IntoIterator<Item = (String, bool)>, ttl: Duration) {
+        let now = Instant::now();
+        for (name, present) in names {
+            self.known.insert((url.to_string(), name), (present, now));
+        }
+        self.keep = self.keep.max(ttl);
+        let keep = self.keep;
+        self.known.retain(|_, (_, at)| at.elapsed() < keep);
+    }
+}
+
 pub struct DataOverlap {
     pool: Arc<Pool>,
     projects: Addr<Projects>,
-    /// (project index, file name) -> (present, when learnt).
-    known: HashMap<(usize, String), (bool, Instant)>,
 }
 
 impl DataOverlap {
     pub fn new(pool: Arc<Pool>, projects: Addr<Projects>) -> Self {
-        DataOverlap { pool, projects, known: HashMap::new() }
+        DataOverlap { pool, projects }
     }
 
-    fn fresh(&self, project: usize, name: &str) -> Option<bool> {
-        self.known.get(&(project, name.to_string())).filter(|(_, at)| at.elapsed() < self.pool.rank_cache_ttl).map(|(p, _)| *p)
+    /// Whether project `p` of the pool holds `name`, if known and fresh.
+    fn fresh(&self, p: usize, name: &str) -> Option<bool> {
+        FILES.with(|f| f.borrow().fresh(&self.pool.projects[p].key.url, name, self.pool.rank_cache_ttl))
     }
 }
 
@@ -72,20 +106,19 @@ impl Handler<Overlaps> for DataOverlap {
             async move { (p, absent_of(&pool, p, &projects, &names).await.map(|absent| (names, absent))) }
         }));
         Box::pin(fut.into_actor(self).map(move |answers, act, _| {
-            let now = Instant::now();
             let mut failed = Vec::new();
             for (p, answer) in answers {
                 match answer {
-                    Some((names, absent)) => {
-                        for n in names {
+                    Some((names, absent)) => FILES.with(|f| {
+                        let learnt = names.into_iter().map(|n| {
                             let present = !absent.contains(&n);
-                            act.known.insert((p, n), (present, now));
-                        }
-                    }
+                            (n, present)
+                        });
+                        f.borrow_mut().learnt(&act.pool.projects[p].key.url, learnt, act.pool.rank_cache_ttl)
+                    }),
                     None => failed.push(p),
                 }
             }
-            act.known.retain(|_, (_, at)| at.elapsed() < act.pool.rank_cache_ttl);
             let total: u64 = msg.files.iter().map(|f| f.size).sum();
             msg.projects
                 .iter()
@@ -136,9 +169,7 @@ pub struct Uploaded {
 impl Handler<Uploaded> for DataOverlap {
     type Result = ();
     fn handle(&mut self, msg: Uploaded, _: &mut Context<Self>) {
-        let now = Instant::now();
-        for n in msg.names {
-            self.known.insert((msg.project, n), (true, now));
-        }
+        let Some(project) = self.pool.projects.get(msg.project) else { return };
+        FILES.with(|f| f.borrow_mut().learnt(&project.key.url, msg.names.into_iter().map(|n| (n, true)), self.pool.rank_cache_ttl));
     }
 }

@@ -47,6 +47,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         t_wire::faults_and_introspection,
         t_files::query_and_upload,
         t_files::duplicate_association_is_fatal,
+        t_files::query_files_answers_alike_for_every_account,
         t_files::upload_limit_of_20_files,
         t_files::upload_max_filesize_refuses_a_file_as_captured,
         t_files::post_max_size_drops_the_body_as_captured,

@@ -59,6 +59,34 @@ pub async fn query_and_upload() {
     sim.stop().await;
 }
 
+/// Seen on the real server: a project's files are the project's, not an
+/// account's. A file one submitter uploaded is present to another
+/// submitter's query_files; a bad authenticator is still refused.
+pub async fn query_files_answers_alike_for_every_account() {
+    let sim = TestSim::start(|o| {
+        o.config = capture_config();
+        o.config.hosts.clear();
+    })
+    .await;
+    let sim = TestSim { auth: CAP_AUTH.into(), ..sim };
+    let b = sim.create_batch("mine", 0.0).await;
+    let names = sim.stage(b, &[INPUT]).await;
+    let other = sim.add_user(serde_json::json!({ "name": "other", "submit_all": true })).await;
+    let ask = |auth: &str| {
+        format!(
+            "<query_files>\n<authenticator>{auth}</authenticator>\n   <phys_name>{}</phys_name>\n   <phys_name>00000000000000000000000000000000.txt</phys_name>\n</query_files>\n",
+            names[0]
+        )
+    };
+    let (_, mine) = sim.post("job_file.php", &ask(CAP_AUTH)).await;
+    let (_, theirs) = sim.post("job_file.php", &ask(&other)).await;
+    assert!(mine.contains("<absent_files>\n<file>1</file>\n</absent_files>"), "{mine}");
+    assert_eq!(theirs, mine);
+    let (_, bad) = sim.post("job_file.php", &ask("deadbeef")).await;
+    assert!(bad.contains("<error_msg>bad authenticator</error_msg>") && !bad.contains("<absent_files>"), "{bad}");
+    sim.stop().await;
+}
+
 pub async fn duplicate_association_is_fatal() {
     let sim = TestSim::start(|o| {
         o.config = capture_config();
