@@ -181,9 +181,9 @@ fn uppercase_job(iwd: &Path, job_dir: &str, extra: &[(&str, &str)]) -> ClassAd {
     gahp_testkit::blah_job_ad(iwd, job_dir, &attrs)
 }
 
-/// Which of the sims holds a batch of that BOINC name.
+/// Which of the sims holds a job of that BOINC name.
 fn holders(sims: &[(&str, &Sim)], boinc: &str) -> Vec<String> {
-    sims.iter().filter(|(_, sim)| !sim.batches_named(boinc).is_empty()).map(|(n, _)| n.to_string()).collect()
+    sims.iter().filter(|(_, sim)| sim_job_names(sim).iter().any(|n| n == boinc)).map(|(n, _)| n.to_string()).collect()
 }
 
 #[test]
