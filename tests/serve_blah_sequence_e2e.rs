@@ -249,3 +249,38 @@ fn serves_blah_pool_places_the_jobs_of_a_client_granted_all_its_projects_and_not
         assert!(!s.log_text().contains(&sim.auth), "an authenticator in the log");
     }
 }
+
+/// A BLAH sequence job reads its own inputs again at every step, from its
+/// directory on the second tier: that directory stays while the job is
+/// live, however short the retention.
+#[test]
+fn a_live_blah_sequence_jobs_directory_outlasts_the_retention() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let config = serve_config(dir.path(), "");
+    // 0.00002 days: 1.7 s, swept every 0.2 s.
+    let s = serve_with(dir.path(), &tokens, &["--config", config.to_str().unwrap()], &["--keep-files-days", "0.00002"]);
+    let iwd = dir.path().join("long job");
+    let job_dir = "home_bl_127.0.0.1_9618_vm_11.0_1795253890";
+    let mut g = s.connect(&alice, dir.path(), &[]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    // Four steps of at least a second each: the later ones start well
+    // after the retention of the directory's files ran out.
+    let mut ad = sequence_job(&iwd, job_dir, 4);
+    ad.insert("Arguments", str_value("--sleep-ms 1000"));
+    let id = submit(&mut g, ad);
+    let last = wait_final(&mut g, &id, SEQUENCE_WAIT);
+    assert_eq!(last[2], "4", "{last:?}");
+    let done = ClassAd::parse(&last[3]).unwrap();
+    assert_eq!((done.get_int("ExitCode"), done.get_int("BoincStepsDone")), (Some(0), Some(4)), "{done}");
+    assert_eq!(std::fs::read_to_string(iwd.join("state")).unwrap(), expected_state(job_dir, 4));
+    // Over and delivered: its directory goes with the retention.
+    let blah_dirs = s.files("alice").join(".transfer/blah");
+    let until = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_dir(&blah_dirs).map(|d| d.count()).unwrap_or(0) > 0 {
+        assert!(Instant::now() < until, "the job's directory is still kept");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
