@@ -36,8 +36,6 @@ pub enum Refusal {
     Project(String),
     #[error("path {0:?} is not a relative path inside the client's area")]
     Path(PathBuf),
-    #[error("{0} is not offered by this server yet")]
-    Unsupported(&'static str),
 }
 
 impl Tenancy {
@@ -67,7 +65,7 @@ impl Tenancy {
     /// The request as this host runs it: names prefixed, paths in the
     /// client's area. Project and pool selection is the session's (it reads
     /// the authenticator, and checks a pool's projects against the
-    /// client's); what serve does not offer is refused.
+    /// client's); paths outside the area are refused.
     pub fn rewrite(&self, req: Request) -> Result<Request, Refusal> {
         Ok(match req {
             Request::Async { reqid, command } => Request::Async { reqid, command: self.command(command)? },
@@ -164,11 +162,11 @@ impl Tenancy {
 
     /// `Iwd` into the area; every other path the daemon reads or writes
     /// (inputs, outputs and their remaps, `In`, `Out`, `Err`) relative to
-    /// it and staying below it.
+    /// it and staying below it. A work sequence job's state files are
+    /// among its inputs (and come back as outputs into `Iwd`), its end
+    /// marker a plain name; its sequence is named with the client's
+    /// prefix by the runtime (the BLAH front end's `name_prefix`).
     fn ad_paths(&self, ad: &mut ClassAd) -> Result<(), Refusal> {
-        if ad.get(crate::blah::sequence::STEPS).is_some() {
-            return Err(Refusal::Unsupported("a work sequence job"));
-        }
         let list = |name: &str, sep: char| -> Vec<String> {
             ad.get_str(name).unwrap_or("").split(sep).map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect()
         };
@@ -326,7 +324,7 @@ mod tests {
     }
 
     #[test]
-    fn paths_outside_the_area_and_what_serve_does_not_offer_are_refused() {
+    fn paths_outside_the_area_are_refused() {
         let t = alice();
         for bad in ["/etc/passwd", "../bob/files/x", "a/../../x", ""] {
             assert_eq!(t.rewrite(submit(bad)), Err(Refusal::Path(bad.into())), "{bad}");
@@ -380,6 +378,19 @@ mod tests {
             ("Iwd", "/"),
         ] {
             assert!(matches!(submit(&[(attr, bad)]), Err(Refusal::Path(_))), "{attr} = {bad}");
+        }
+        // A work sequence job: its state files are inputs, kept to the area
+        // like any; the job is taken (its sequence is named by the runtime).
+        let seq = |input: &str| {
+            submit(&[("TransferInput", input), (crate::blah::sequence::STEPS, "3"), ("BoincStateFiles", "state")]).map(|r| match r {
+                Request::Blah { command: BlahCommand::JobSubmit { ad }, .. } => ad,
+                other => panic!("{other:?}"),
+            })
+        };
+        let ad = seq("state, extra").unwrap();
+        assert_eq!(ad.get_str("Iwd"), Some("/srv/clients/alice/files/blah/j1"));
+        for bad in ["../state, extra", "/etc/state"] {
+            assert!(matches!(seq(bad), Err(Refusal::Path(_))), "{bad}");
         }
     }
 }

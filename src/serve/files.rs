@@ -568,6 +568,14 @@ fn sequence_inputs(client_dir: &Path) -> io::Result<HashSet<std::ffi::OsString>>
     Ok(paths.iter().filter_map(|p| p.file_name().map(|n| n.to_os_string())).collect())
 }
 
+/// The names in `.transfer/blah/` of the client's BLAH jobs still to be
+/// submitted or watched, from its state database.
+fn live_blah_dirs(client_dir: &Path) -> io::Result<HashSet<std::ffi::OsString>> {
+    let Some(conn) = gahp_actors::state_db::open_read_only(client_dir).map_err(io::Error::other)? else { return Ok(HashSet::new()) };
+    let dirs = gahp_actors::blah::store::live_job_dirs(&conn).map_err(io::Error::other)?;
+    Ok(dirs.iter().map(|d| gahp_actors::blah::map::dir_token(d).into()).collect())
+}
+
 /// A file being written (atomic_file's `.<name>.<random>.part`).
 fn is_part(name: &std::ffi::OsStr) -> bool {
     name.to_str().is_some_and(|n| n.starts_with('.') && n.ends_with(".part"))
@@ -576,8 +584,9 @@ fn is_part(name: &std::ffi::OsStr) -> bool {
 /// Deletes what the file protocol kept in each client's area longer than
 /// `keep` ago: inputs not used since, outputs not fetched, BLAH job
 /// directories, batch indexes. An input a work sequence reads at each of
-/// its steps stays while the sequence may run one. Returns how many
-/// entries went.
+/// its steps stays while the sequence may run one, and a BLAH job's
+/// directory while the job is being submitted or watched (a sequence job
+/// reads its inputs there at every step). Returns how many entries went.
 pub fn sweep(clients: &Path, keep: Duration) -> usize {
     let Some(before) = SystemTime::now().checked_sub(keep) else { return 0 };
     let Ok(entries) = std::fs::read_dir(clients) else { return 0 };
@@ -585,14 +594,16 @@ pub fn sweep(clients: &Path, keep: Duration) -> usize {
     for client in entries.flatten() {
         for kind in ["in", "out", "blah", "batches"] {
             let in_use = match kind {
-                "in" => match sequence_inputs(&client.path()) {
-                    Ok(names) => names,
-                    Err(e) => {
-                        tracing::warn!(client = ?client.file_name(), "inputs kept: can't read which its sequences use: {e}");
-                        continue;
-                    }
-                },
-                _ => HashSet::new(),
+                "in" => sequence_inputs(&client.path()),
+                "blah" => live_blah_dirs(&client.path()),
+                _ => Ok(HashSet::new()),
+            };
+            let in_use = match in_use {
+                Ok(names) => names,
+                Err(e) => {
+                    tracing::warn!(client = ?client.file_name(), "{kind} kept: can't read which are in use: {e}");
+                    continue;
+                }
             };
             let Ok(items) = std::fs::read_dir(client.path().join("files").join(DIR).join(kind)) else { continue };
             for item in items.flatten() {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
+use gahp_actors::broker::pool::Pool;
 use gahp_actors::runtime::{OpenedState, Runtime};
 use gahp_actors::session::{EndSession, GahpDecoder, Session};
 use gahp_actors::tenancy::Tenancy;
@@ -120,15 +121,16 @@ impl Shared {
         config.blah.authenticator_file = first.map(|p| p.authenticator_file.clone());
         config.blah.allow_project_override = false;
         // A pool it selects may name only its projects, with their keys;
-        // the BLAH front end's admin-configured pool is not its.
-        config.pool_grants = Some(projects_of(client));
-        config.blah.pool = None;
+        // so may the BLAH front end's admin-configured pool (checked below).
+        let grants = projects_of(client);
+        config.pool_grants = Some(grants.clone());
         // Its BLAH jobs' BOINC names are its own, and it has no others.
         config.blah.name_prefix = format!("{}{}", client.name, gahp_actors::tenancy::NAME_SEPARATOR);
         config.blah.known_jobs_only = true;
         self.opening.borrow_mut().insert(client.name.clone());
-        let area = files.clone();
+        let (area, name) = (files.clone(), client.name.clone());
         let opened = tokio::task::spawn_blocking(move || {
+            config.blah.pool = blah_pool(config.blah.pool.take(), &grants, &name);
             std::fs::create_dir_all(&area)?;
             owner_only(&dir)?;
             OpenedState::open_served(config)
@@ -152,6 +154,24 @@ impl Shared {
                     s.do_send(EndSession);
                 }
             }
+        }
+    }
+}
+
+/// The BLAH front end's pool for a client: serve's `blah.pool` when every
+/// project in it is one of the client's (used with the client's
+/// authenticators) and it has no rank functions; else none, and its BLAH
+/// jobs go to its first project. Said once, when its runtime starts.
+fn blah_pool(pool: Option<PathBuf>, grants: &[(String, PathBuf)], client: &str) -> Option<PathBuf> {
+    let path = pool?;
+    match Pool::load_granted(&path, grants) {
+        Ok(_) => {
+            tracing::info!(client, pool = %path.display(), "the client's BLAH jobs are placed by the pool");
+            Some(path)
+        }
+        Err(e) => {
+            tracing::info!(client, pool = %path.display(), "the client's BLAH jobs go to its first project, not the pool: {e}");
+            None
         }
     }
 }

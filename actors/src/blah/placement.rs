@@ -39,6 +39,6 @@ pub fn pool_placement(ad: &ClassAd, cfg: &BlahConfig) -> Option<PlaceJob> {
         inputs,
         requirements: expr_text("BoincRequirements"),
         rank: expr_text("BoincRank"),
-        sequence: sequence::sequence_name(ad).ok().filter(|_| sequence::is_sequence(ad)),
+        sequence: sequence::sequence_name(ad, &cfg.name_prefix).ok().filter(|_| sequence::is_sequence(ad)),
     })
 }

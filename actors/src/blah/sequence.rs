@@ -71,11 +71,14 @@ pub fn is_sequence(ad: &ClassAd) -> bool {
 
 /// The sequence of a job: named after its `JobDirectory`, which a job
 /// keeps across `condor_hold` and `condor_release` (unlike its BOINC job
-/// names, one per attempt), so a resubmit finds it again.
-pub fn sequence_name(ad: &ClassAd) -> Result<String, MapError> {
+/// names, one per attempt), so a resubmit finds it again. `prefix` is the
+/// BLAH front end's `name_prefix` (a served client's `<client>~`), so the
+/// sequence, and every step's BOINC batch and job, is named as the
+/// client's other jobs are.
+pub fn sequence_name(ad: &ClassAd, prefix: &str) -> Result<String, MapError> {
     let dir = ad.get_str("JobDirectory").map(str::trim).filter(|d| !d.is_empty()).ok_or(MapError::Missing("JobDirectory"))?;
     let plain = dir.len() <= 160 && dir.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    Ok(if plain { format!("blah-{dir}") } else { format!("blah-md5-{}", map::hex_md5(dir.as_bytes())) })
+    Ok(if plain { format!("{prefix}blah-{dir}") } else { format!("{prefix}blah-md5-{}", map::hex_md5(dir.as_bytes())) })
 }
 
 /// `None` for a job that is no sequence.
@@ -135,9 +138,16 @@ fn plain_file_name(name: &str) -> bool {
 
 /// The work sequence of a job of `app`: its inputs bound to the app's input
 /// names as for an ordinary job (`map::submit_batch`), the state files
-/// among them as the initial state, the rest every step's own inputs.
-pub fn create_sequence(ad: &ClassAd, settings: &Settings, app: &str, templates: &Templates) -> Result<CreateSequence, SequenceAdError> {
-    let name = sequence_name(ad)?;
+/// among them as the initial state, the rest every step's own inputs;
+/// named with `prefix` (see [`sequence_name`]).
+pub fn create_sequence(
+    ad: &ClassAd,
+    settings: &Settings,
+    app: &str,
+    templates: &Templates,
+    prefix: &str,
+) -> Result<CreateSequence, SequenceAdError> {
+    let name = sequence_name(ad, prefix)?;
     // Binds and checks the inputs and that the arguments can be carried.
     let batch = map::submit_batch(ad, &name, app, templates)?;
     for state in &settings.state_names {
@@ -222,7 +232,7 @@ mod tests {
             s,
             Settings { steps: 10, state_names: vec!["state".into()], max_step_time: 600, max_attempts: 3, end_marker: Some("DONE".into()) }
         );
-        let c = create_sequence(&a, &s, "stepper", &stepper()).unwrap();
+        let c = create_sequence(&a, &s, "stepper", &stepper(), "").unwrap();
         assert_eq!(c.steps, 10);
         assert_eq!(c.state_files, [(w.join("state"), "state".to_string())]);
         assert_eq!(
@@ -240,7 +250,7 @@ mod tests {
             }
         );
         // The same ad again (a release) gives the same definition: it resumes.
-        assert_eq!(create_sequence(&a, &s, "stepper", &stepper()).unwrap().def, c.def);
+        assert_eq!(create_sequence(&a, &s, "stepper", &stepper(), "").unwrap().def, c.def);
     }
 
     #[test]
@@ -249,11 +259,16 @@ mod tests {
                     BoincStateFiles = \" state \" ]");
         let s = settings(&a).unwrap().unwrap();
         assert_eq!((s.max_step_time, s.max_attempts, s.end_marker), (DEFAULT_MAX_STEP_TIME, DEFAULT_MAX_ATTEMPTS, None));
-        let name = sequence_name(&a).unwrap();
+        let name = sequence_name(&a, "").unwrap();
         assert!(name.starts_with("blah-md5-") && crate::sequences::decide::bad_name(&name).is_none(), "{name}");
-        let plain = sequence_name(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]")).unwrap();
+        let plain = sequence_name(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]"), "").unwrap();
         assert!(crate::sequences::decide::bad_name(&plain).is_none(), "{plain}");
-        assert_eq!(sequence_name(&ad("[]")), Err(MapError::Missing("JobDirectory")));
+        assert_eq!(sequence_name(&ad("[]"), ""), Err(MapError::Missing("JobDirectory")));
+        // A served client's: its prefix, and still a name a sequence may have.
+        let served = sequence_name(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]"), "alice~").unwrap();
+        assert_eq!(served, "alice~blah-home_bl_x.0_1");
+        assert!(crate::sequences::decide::bad_name(&served).is_none(), "{served}");
+        assert!(sequence_name(&a, "alice~").unwrap().starts_with("alice~blah-md5-"));
     }
 
     #[test]
@@ -286,12 +301,12 @@ mod tests {
         let dir = seq_files();
         let a = job(dir.path(), "BoincSequenceSteps = 2; BoincStateFiles = \"extra\"");
         let s = settings(&a).unwrap().unwrap();
-        let e = create_sequence(&a, &s, "stepper", &stepper()).unwrap_err();
+        let e = create_sequence(&a, &s, "stepper", &stepper(), "").unwrap_err();
         assert!(matches!(&e, SequenceAdError::StateNotOutput { name, .. } if name == "extra"), "{e}");
         std::fs::remove_file(dir.path().join("extra")).unwrap();
         let a = job(dir.path(), "BoincSequenceSteps = 2; BoincStateFiles = \"state\"");
         let s = settings(&a).unwrap().unwrap();
-        let e = create_sequence(&a, &s, "stepper", &stepper()).unwrap_err();
+        let e = create_sequence(&a, &s, "stepper", &stepper(), "").unwrap_err();
         assert!(matches!(e, SequenceAdError::Map(MapError::Input { .. })), "{e}");
     }
 }

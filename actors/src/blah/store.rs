@@ -276,6 +276,16 @@ pub fn claim_attempt(
     Ok((project.to_string(), batch, job))
 }
 
+/// The `JobDirectory`s of the jobs still to be submitted or watched, in a
+/// state database opened as found: a served client's job directories the
+/// retention sweep must keep (a work sequence job reads its own inputs
+/// there at every step, and every job's outputs land there).
+pub fn live_job_dirs(c: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut s = c.prepare("SELECT DISTINCT job_dir FROM blah_jobs WHERE phase IN (?1, ?2)")?;
+    let rows = s.query_map(params![Phase::Submitting.as_str(), Phase::Active.as_str()], |r| r.get(0))?;
+    rows.collect()
+}
+
 /// Closes a gathering batch and returns the members to submit in it.
 pub fn close_batch(c: &mut Connection, gathering: &Gathering, batch: &str) -> rusqlite::Result<Vec<JobRecord>> {
     gathering.close(batch);

@@ -182,20 +182,21 @@ impl BoincStatus {
 }
 
 impl Job {
-    /// `batches` shares one copy of each BOINC batch name among its jobs.
-    fn from_record(rec: JobRecord, batches: &mut BatchNames) -> Job {
-        Job::from_record_with_ad(rec, batches).0
+    /// `batches` shares one copy of each BOINC batch name among its jobs;
+    /// `prefix` is the front end's `name_prefix` (its sequences' too).
+    fn from_record(rec: JobRecord, batches: &mut BatchNames, prefix: &str) -> Job {
+        Job::from_record_with_ad(rec, batches, prefix).0
     }
 
     /// [`Job::from_record`], and the submit ad it read (parsed).
-    fn from_record_with_ad(rec: JobRecord, batches: &mut BatchNames) -> (Job, Option<ClassAd>) {
+    fn from_record_with_ad(rec: JobRecord, batches: &mut BatchNames, prefix: &str) -> (Job, Option<ClassAd>) {
         // A retired job's record keeps no submit ad (see store::set_retired).
         let parsed = Some(rec.ad.as_str()).filter(|t| !t.is_empty()).and_then(|t| {
             ClassAd::parse(t).map_err(|e| tracing::warn!(batch = %rec.batch, "its recorded submit ad is unreadable: {e}")).ok()
         });
         let sequence = parsed.as_ref().filter(|ad| sequence::is_sequence(ad)).map(|ad| {
             // A sequence whose name can't be read is answered as a plain job.
-            sequence::sequence_name(ad).unwrap_or_default().into_boxed_str()
+            sequence::sequence_name(ad, prefix).unwrap_or_default().into_boxed_str()
         });
         let condor_job = parsed.as_ref().and_then(map::condor_job_id).and_then(|id| condor_numbers(&id));
         let final_ad = rec.final_ad.as_deref().and_then(|t| ClassAd::parse(t).ok());
@@ -371,7 +372,7 @@ impl BlahProject {
                     if rec.abort_pending {
                         act.aborts.insert(name.clone());
                     }
-                    Job::from_record(rec, &mut act.batch_names)
+                    Job::from_record(rec, &mut act.batch_names, &act.config.blah.name_prefix)
                 }
                 Ok(None) => Job::unknown(&batch, &mut act.batch_names),
                 Err(e) => {

@@ -25,6 +25,7 @@ impl BlahProject {
         let relocator = self.sequences.clone();
         let (url, file) = (self.key.url.clone(), self.authenticator_file.display().to_string());
         let pool = pool_placement(&ad, &self.config.blah).map(|p| pool_id(&p.pool));
+        let prefix = self.config.blah.name_prefix.clone();
         let work = async move {
             let refuse = |why| BatchOutcome { refused: vec![(name.clone(), why)], result: Ok(vec![]) };
             let (app, source) = match app {
@@ -44,7 +45,7 @@ impl BlahProject {
                 }
             };
             let create = match sequence::settings(&ad) {
-                Ok(Some(settings)) => sequence::create_sequence(&ad, &settings, &app, &templates),
+                Ok(Some(settings)) => sequence::create_sequence(&ad, &settings, &app, &templates, &prefix),
                 Ok(None) => return refuse(SubmitFailure::Lost("internal error: this job is no work sequence; condor_release the job")),
                 Err(e) => Err(e),
             };
@@ -133,7 +134,7 @@ impl BlahProject {
         let relocator = self.sequences.clone();
         // Fetched here whole, then placed by the rules of any job's outputs.
         let staged = self.config.state_dir.join("blah-sequence-out").join(job);
-        let b = job.to_string();
+        let (b, prefix) = (job.to_string(), self.config.blah.name_prefix.clone());
         let work = async move {
             if state.status == SequenceStatus::Failed {
                 return tokio::task::spawn_blocking(move || sequence_failed(&b, &ad, &state))
@@ -144,7 +145,7 @@ impl BlahProject {
             let templates =
                 templates.ok_or("the project has no HTTP client")?.await.map_err(|e| format!("error getting templates: {e}"))?;
             let relocator = relocator.ok_or("the project's work sequences are not available")?;
-            let name = sequence::sequence_name(&ad).map_err(|e| e.to_string())?;
+            let name = sequence::sequence_name(&ad, &prefix).map_err(|e| e.to_string())?;
             let s = staged.clone();
             tokio::task::spawn_blocking(move || {
                 let _ = std::fs::remove_dir_all(&s);

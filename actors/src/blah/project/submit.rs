@@ -58,7 +58,7 @@ impl BlahProject {
                     (job, ad)
                 }
                 None => {
-                    let (job, ad) = Job::from_record_with_ad(rec, &mut self.batch_names);
+                    let (job, ad) = Job::from_record_with_ad(rec, &mut self.batch_names, &self.config.blah.name_prefix);
                     (self.jobs.entry(name.clone()).or_insert(job), ad)
                 }
             };
