@@ -158,9 +158,7 @@ fn what_one_clients_pool_learnt_of_a_projects_files_spares_another_clients_pool_
         let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(uppercase_batch("same", &[PathBuf::from("in/data")]))), WAIT).unwrap();
         assert_eq!(r, ["NULL"], "{name}");
     }
-    let on = |batch: &str| -> Vec<&str> {
-        sims.iter().filter(|(_, sim)| !sim.batches_named(batch).is_empty()).map(|(n, _)| *n).collect()
-    };
+    let on = |batch: &str| -> Vec<&str> { sims.iter().filter(|(_, sim)| !sim.batches_named(batch).is_empty()).map(|(n, _)| *n).collect() };
     let holder = on("alice~same");
     assert_eq!(holder.len(), 1, "{holder:?}");
     assert_eq!(on("bob~same"), holder, "Bob's batch goes where the data is");
