@@ -66,11 +66,13 @@ struct Tenant {
     /// Its current connection, if its client reconnects by itself
     /// (`boinc_gahp connect`): its session id, and where a last line to it
     /// goes that tells it not to come back.
-    resumable: Option<(SessionId, mpsc::UnboundedSender<Outgoing>)>,
+    /// (Weak: the connection's writer ends when its own senders are gone.)
+    resumable: Option<(SessionId, mpsc::WeakUnboundedSender<Outgoing>)>,
 }
 
 /// The last line to a connection that must not reconnect by itself.
-fn bye(to: &mpsc::UnboundedSender<Outgoing>, why: &str) {
+fn bye(to: &mpsc::WeakUnboundedSender<Outgoing>, why: &str) {
+    let Some(to) = to.upgrade() else { return };
     let _ = to.send(Outgoing::Answer(Bytes::from(format!("FILES BYE {}\n", why.replace('\\', "\\\\").replace(' ', "\\ ")))));
 }
 
@@ -338,7 +340,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let transfer = Transfer::new(tenancy.clone(), out_tx.clone());
     let (in_tx, mut in_rx) = mpsc::channel::<io::Result<Frame>>(16);
-    let resumable = session_id.clone().map(|id| (id, out_tx.clone()));
+    let resumable = session_id.clone().map(|id| (id, out_tx.downgrade()));
     let output = Box::new(ChannelWriter { buf: Vec::new(), tx: out_tx, unread: unread.clone(), max: limits.max_unread_bytes });
     let frames = futures_util::stream::poll_fn(move |cx| in_rx.poll_recv(cx));
     let session = match Session::attach(&runtime, frames, output, None, Some(tenancy), session_id.clone()) {
