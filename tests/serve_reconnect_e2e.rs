@@ -266,7 +266,8 @@ struct Watched {
 
 impl Watched {
     fn start(s: &Serve, token: &Path, dir: &Path, extra: &[&str]) -> Watched {
-        let stderr = dir.join(format!("connect-{}.err", std::process::id()));
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let stderr = dir.join(format!("connect-{}.err", STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
         let mut child = Command::new(boinc_gahp())
             .args(s.connect_args(token, extra))
             .current_dir(dir)
@@ -365,4 +366,31 @@ fn reconnect_for_bounds_the_dialling_when_serve_never_comes_back() {
     drop(s);
     let (status, _) = c.exit_within(Duration::from_secs(20));
     assert!(status.success(), "{}", c.stderr());
+}
+
+#[test]
+fn a_replaced_connection_and_a_revoked_one_end_with_the_reason_and_do_not_come_back() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let fay = add_client(dir.path(), &tokens, &sim, "fay");
+    let s = serve(dir.path(), &tokens, &[]);
+    let mut first = Watched::start(&s, &fay, dir.path(), &[]);
+    assert_eq!(first.command("COMMANDS").split(' ').next(), Some("S"));
+    let mut second = Watched::start(&s, &fay, dir.path(), &[]);
+    assert_eq!(second.command("COMMANDS").split(' ').next(), Some("S"));
+
+    // The replaced one does not dial again (it would replace the new one).
+    let (status, _) = first.exit_within(WAIT);
+    assert!(!status.success());
+    assert!(first.stderr().contains("the server ended the session: replaced by a newer connection of this client"), "{}", first.stderr());
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(second.command("COMMANDS").split(' ').next(), Some("S"), "the new connection is left alone");
+
+    let out = Command::new(boinc_gahp()).args(["token", "revoke", "fay", "--tokens", tokens.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success());
+    let (status, _) = second.exit_within(WAIT);
+    assert!(!status.success());
+    assert!(second.stderr().contains("the server ended the session: token revoked"), "{}", second.stderr());
+    assert!(!second.stderr().contains("lost the connection"), "not dialled again: {}", second.stderr());
 }

@@ -88,6 +88,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<R, W> {
         if let Ok(Some(l)) = &line {
             if let Some(why) = bye_of(l) {
                 self.bye = Some(why);
+                self.broken = true;
                 return Ok(None);
             }
         }
