@@ -10,7 +10,8 @@
 //! restart"). Writes go to a blocking thread in batches, one at a time and
 //! in order; the actor's thread never waits for SQLite.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
 use actix::prelude::*;
 use bytes::Bytes;
@@ -22,15 +23,28 @@ use crate::state_db::{Migration, StateDb};
 
 /// The results of a served client that no RESULTS has taken yet: `seq`
 /// is the order they completed in.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 10,
-    sql: "CREATE TABLE unread_results (
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 10,
+        sql: "CREATE TABLE unread_results (
          seq INTEGER PRIMARY KEY,
          reqid INTEGER NOT NULL,
          head BLOB NOT NULL,
          tail BLOB NOT NULL
      );",
-}];
+    },
+    Migration {
+        version: 11,
+        // The connection session (`boinc_gahp connect`'s id) that sent the
+        // request: a resent request of that session is recognised after a
+        // restart too.
+        sql: "ALTER TABLE unread_results ADD COLUMN session TEXT;",
+    },
+];
+
+/// The id a reconnecting client (`boinc_gahp connect`) presents on each
+/// of its connections.
+pub type SessionId = Arc<str>;
 
 /// One result line, without prefix and newline: `head` then `tail`. A
 /// shared answer's tail is the one body every result of it points to.
@@ -56,10 +70,10 @@ impl ResultLine {
 
 #[derive(Default)]
 pub struct ResultQueue {
-    /// Accepted, no result yet.
-    in_flight: HashSet<ReqId>,
-    /// Result queued, not yet handed out by a RESULTS.
-    queued: HashSet<ReqId>,
+    /// Accepted, no result yet; with the session that sent it.
+    in_flight: HashMap<ReqId, Option<SessionId>>,
+    /// Result queued, not yet handed out by a RESULTS; with its session.
+    queued: HashMap<ReqId, Option<SessionId>>,
     /// Encoded result lines, oldest first, each with its sequence number.
     ready: VecDeque<(u64, ResultLine)>,
     async_mode: bool,
@@ -79,6 +93,7 @@ enum Op {
     Put {
         seq: u64,
         reqid: ReqId,
+        session: Option<SessionId>,
         head: Vec<u8>,
         tail: Bytes,
     },
@@ -104,16 +119,24 @@ impl ResultQueue {
     /// context (start-up): it reads the database.
     pub fn durable(db: StateDb) -> rusqlite::Result<Self> {
         let rows = db.with_conn(|c| {
-            c.prepare("SELECT seq, reqid, head, tail FROM unread_results ORDER BY seq")?
-                .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?, r.get::<_, Vec<u8>>(3)?)))?
+            c.prepare("SELECT seq, reqid, head, tail, session FROM unread_results ORDER BY seq")?
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, Vec<u8>>(2)?,
+                        r.get::<_, Vec<u8>>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                    ))
+                })?
                 .collect::<rusqlite::Result<Vec<_>>>()
         })?;
         let mut queue = ResultQueue::default();
         let mut next_seq = 0;
-        for (seq, reqid, head, tail) in rows {
+        for (seq, reqid, head, tail, session) in rows {
             let (seq, reqid) = (seq as u64, ReqId(reqid as u32));
             next_seq = seq + 1;
-            queue.queued.insert(reqid);
+            queue.queued.insert(reqid, session.map(SessionId::from));
             queue.ready.push_back((seq, ResultLine { head, tail: Bytes::from(tail) }));
         }
         if !queue.ready.is_empty() {
@@ -156,12 +179,13 @@ impl ResultQueue {
 fn apply(c: &mut rusqlite::Connection, ops: &[Op]) -> rusqlite::Result<()> {
     let tx = c.transaction()?;
     {
-        let mut put = tx.prepare_cached("INSERT OR REPLACE INTO unread_results (seq, reqid, head, tail) VALUES (?1, ?2, ?3, ?4)")?;
+        let mut put =
+            tx.prepare_cached("INSERT OR REPLACE INTO unread_results (seq, reqid, head, tail, session) VALUES (?1, ?2, ?3, ?4, ?5)")?;
         let mut delete = tx.prepare_cached("DELETE FROM unread_results WHERE seq <= ?1")?;
         for op in ops {
             match op {
-                Op::Put { seq, reqid, head, tail } => {
-                    put.execute(params![*seq as i64, i64::from(reqid.0), head, &tail[..]])?;
+                Op::Put { seq, reqid, session, head, tail } => {
+                    put.execute(params![*seq as i64, i64::from(reqid.0), head, &tail[..], session.as_deref()])?;
                 }
                 Op::DeleteUpTo(last) => {
                     delete.execute([*last as i64])?;
@@ -203,18 +227,44 @@ impl Handler<SetSession> for ResultQueue {
     }
 }
 
-/// Registers a request id; `false` if it is already pending (answer `E`).
+/// Registers a request id sent in `session` (a reconnecting client's, or
+/// None).
 #[derive(Message)]
-#[rtype(result = "bool")]
-pub struct Accept(pub ReqId);
+#[rtype(result = "Accepted")]
+pub struct Accept {
+    pub reqid: ReqId,
+    pub session: Option<SessionId>,
+}
+
+impl Accept {
+    pub fn new(reqid: ReqId) -> Self {
+        Accept { reqid, session: None }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, MessageResponse)]
+pub enum Accepted {
+    /// A new request: answer `S` and run it.
+    New,
+    /// Already accepted from this session (it sent it again after its link
+    /// dropped): answer `S`, don't run it again; its one result comes.
+    Again,
+    /// Pending for another sender: answer `E`.
+    Busy,
+}
 
 impl Handler<Accept> for ResultQueue {
-    type Result = bool;
-    fn handle(&mut self, msg: Accept, _: &mut Context<Self>) -> bool {
-        if self.queued.contains(&msg.0) {
-            return false;
+    type Result = Accepted;
+    fn handle(&mut self, msg: Accept, _: &mut Context<Self>) -> Accepted {
+        let owner = self.queued.get(&msg.reqid).or_else(|| self.in_flight.get(&msg.reqid));
+        match (owner, &msg.session) {
+            (None, _) => {
+                self.in_flight.insert(msg.reqid, msg.session);
+                Accepted::New
+            }
+            (Some(Some(owner)), Some(session)) if owner == session => Accepted::Again,
+            (Some(_), _) => Accepted::Busy,
         }
-        self.in_flight.insert(msg.0)
     }
 }
 
@@ -229,17 +279,17 @@ pub struct Complete {
 impl Handler<Complete> for ResultQueue {
     type Result = ();
     fn handle(&mut self, msg: Complete, ctx: &mut Context<Self>) {
-        if !self.in_flight.remove(&msg.reqid) {
+        let Some(session) = self.in_flight.remove(&msg.reqid) else {
             tracing::error!(reqid = msg.reqid.0, "dropping a second result for one request");
             return;
-        }
-        self.queued.insert(msg.reqid);
+        };
+        self.queued.insert(msg.reqid, session.clone());
         let line = ResultLine::new(msg.reqid, msg.result);
         let seq = match &mut self.store {
             Some(store) => {
                 let seq = store.next_seq;
                 store.next_seq += 1;
-                store.pending.push(Op::Put { seq, reqid: msg.reqid, head: line.head.clone(), tail: line.tail.clone() });
+                store.pending.push(Op::Put { seq, reqid: msg.reqid, session, head: line.head.clone(), tail: line.tail.clone() });
                 seq
             }
             None => 0,
@@ -313,7 +363,7 @@ mod tests {
 
     async fn complete(q: &Addr<ResultQueue>, ids: std::ops::RangeInclusive<u32>) {
         for id in ids {
-            assert!(q.send(Accept(ReqId(id))).await.unwrap());
+            assert_eq!(q.send(Accept::new(ReqId(id))).await.unwrap(), Accepted::New);
             q.send(Complete { reqid: ReqId(id), result: CommandResult::Error(format!("r{id}")) }).await.unwrap();
         }
     }
@@ -340,13 +390,41 @@ mod tests {
 
             // A restart: the unread two, in order; their ids still pending.
             let again = ResultQueue::durable(db.clone()).unwrap().start();
-            assert!(!again.send(Accept(ReqId(4))).await.unwrap(), "an unread result's id is still in use");
-            assert!(again.send(Accept(ReqId(1))).await.unwrap(), "a taken result's id is free");
+            assert_eq!(again.send(Accept::new(ReqId(4))).await.unwrap(), Accepted::Busy, "an unread result's id is still in use");
+            assert_eq!(again.send(Accept::new(ReqId(1))).await.unwrap(), Accepted::New, "a taken result's id is free");
             // Their deletion is committed before the lines are handed out.
             let lines = again.send(Drain).await.unwrap();
             assert_eq!(text(&lines), ["4 r4", "5 r5"]);
             assert_eq!(stored(&db), 0);
             assert!(text(&ResultQueue::durable(db.clone()).unwrap().ready.into_iter().map(|(_, l)| l).collect::<Vec<_>>()).is_empty());
+        });
+    }
+
+    #[test]
+    fn a_request_its_session_sends_again_is_known_also_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = StateDb::open(dir.path(), crate::SCHEMA).unwrap();
+        actix_rt::System::new().block_on(async {
+            let q = ResultQueue::durable(db.clone()).unwrap().start();
+            let (a, b): (SessionId, SessionId) = ("a".into(), "b".into());
+            let accept = |id, s: &SessionId| Accept { reqid: ReqId(id), session: Some(s.clone()) };
+            assert_eq!(q.send(accept(1, &a)).await.unwrap(), Accepted::New);
+            assert_eq!(q.send(accept(1, &a)).await.unwrap(), Accepted::Again, "in flight");
+            assert_eq!(q.send(accept(1, &b)).await.unwrap(), Accepted::Busy);
+            assert_eq!(q.send(Accept::new(ReqId(1))).await.unwrap(), Accepted::Busy);
+            q.send(Complete { reqid: ReqId(1), result: CommandResult::Error("r1".into()) }).await.unwrap();
+            assert_eq!(q.send(accept(1, &a)).await.unwrap(), Accepted::Again, "its result unread");
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while stored(&db) != 1 {
+                assert!(std::time::Instant::now() < until);
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+
+            let again = ResultQueue::durable(db.clone()).unwrap().start();
+            assert_eq!(again.send(accept(1, &a)).await.unwrap(), Accepted::Again, "its stored result is its session's");
+            assert_eq!(again.send(accept(1, &b)).await.unwrap(), Accepted::Busy);
+            assert_eq!(text(&again.send(Drain).await.unwrap()), ["1 r1"]);
+            assert_eq!(again.send(accept(1, &a)).await.unwrap(), Accepted::New, "read: the id is free again");
         });
     }
 }

@@ -19,7 +19,7 @@ use crate::broker::sequences::PoolDispatchSequence;
 use crate::config::DaemonConfig;
 use crate::project::ProjectKey;
 use crate::projects::{Dispatch, DispatchSequence, Projects};
-use crate::result_queue::{Accept, Drain, Notify, ResultQueue, SetAsync, SetSession};
+use crate::result_queue::{Accept, Accepted, Drain, Notify, ResultQueue, SessionId, SetAsync, SetSession};
 use crate::runtime::Runtime;
 use crate::tenancy::Tenancy;
 
@@ -49,6 +49,9 @@ pub struct Session {
     blah: Addr<BlahJobs>,
     /// A client of `boinc_gahp serve`: what it may do (None: stdio).
     tenancy: Option<Tenancy>,
+    /// The id a reconnecting client presents on each of its connections:
+    /// a request it sends again is not run twice.
+    resumable: Option<SessionId>,
     /// Itself, to end itself where no context is at hand.
     me: Option<Addr<Session>>,
     /// Ended (a served client went away): nothing more is written.
@@ -241,13 +244,20 @@ impl Session {
         }
     }
 
-    /// Registers the request id: `S` and `dispatch` if it is new, else `E`.
+    /// Registers the request id: `S` and `dispatch` if it is new; `S` only
+    /// if this session sent it before (again after a dropped link); else `E`.
     fn accept(&mut self, reqid: ReqId, ctx: &mut Context<Self>, dispatch: impl FnOnce(&mut Self) + 'static) {
-        ctx.wait(self.queue.send(Accept(reqid)).into_actor(self).map(move |accepted, act, _| {
-            if accepted.unwrap_or(false) {
+        let accept = Accept { reqid, session: self.resumable.clone() };
+        ctx.wait(self.queue.send(accept).into_actor(self).map(move |accepted, act, _| match accepted.unwrap_or(Accepted::Busy) {
+            Accepted::New => {
                 act.reply(ReturnLine::Success);
                 dispatch(act);
-            } else {
+            }
+            Accepted::Again => {
+                tracing::info!(reqid = reqid.0, "request sent again after a reconnection: already accepted, not run again");
+                act.reply(ReturnLine::Success);
+            }
+            Accepted::Busy => {
                 tracing::warn!(reqid = reqid.0, "request id already pending");
                 act.reply(ReturnLine::Error);
             }
@@ -332,7 +342,7 @@ pub fn start_daemon(
 ) -> io::Result<DaemonHandles> {
     let runtime = Runtime::start(config)?;
     let frames = FramedRead::new(input, GahpDecoder(LineFramer::new(MAX_LINE)));
-    let session = Session::attach(&runtime, frames, output, initial_project, None)?;
+    let session = Session::attach(&runtime, frames, output, initial_project, None, None)?;
     Ok(DaemonHandles { session, queue: runtime.queue, projects: runtime.projects })
 }
 
@@ -340,13 +350,15 @@ impl Session {
     /// A session on `frames` and `output` for `runtime`, which then writes
     /// its notifications to it. The banner is written first, as the
     /// gridmanager expects before anything else. With a tenancy (`serve`),
-    /// EOF, QUIT or a failed write end this session only.
+    /// EOF, QUIT or a failed write end this session only; `resumable` is
+    /// the id its client presents on each of its connections, if any.
     pub fn attach(
         runtime: &Runtime,
         frames: impl Stream<Item = io::Result<Frame>> + 'static,
         mut output: Box<dyn Write>,
         initial_project: Option<ProjectKey>,
         tenancy: Option<Tenancy>,
+        resumable: Option<SessionId>,
     ) -> io::Result<Addr<Session>> {
         output.write_all(gahp::BANNER.as_bytes())?;
         output.write_all(b"\n")?;
@@ -364,6 +376,7 @@ impl Session {
                 projects: runtime.projects.clone(),
                 blah: runtime.blah.clone(),
                 tenancy,
+                resumable,
                 me: tenancy_some.then(|| ctx.address()),
                 ended: false,
             }

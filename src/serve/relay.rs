@@ -10,6 +10,12 @@
 //! Lines are parsed and written with the protocol crate, so escapes
 //! survive the rewriting.
 //!
+//! When the link drops and the session is not over, `connect` dials again
+//! (`Dialer::redial`) and resumes: it replays the state the gridmanager
+//! set, the requests the server took whose results were not delivered
+//! yet, and the lines that had no reply (docs/serve.md, "When the link
+//! drops").
+//!
 //! It keeps nothing across its restarts: a restarted gridmanager asks
 //! again, and what the server keeps (a BLAH job's own record of where its
 //! outputs go) is enough to answer it.
@@ -17,6 +23,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 
 use bytes::BytesMut;
 use futures_util::StreamExt;
@@ -31,6 +38,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
 
+use super::connect::{Dialer, Stream};
 use super::files::{self, blah_job_dir, content_path, hex, job_outputs, sequence_outputs};
 
 /// In a BLAH job's directory: where it says its files go locally.
@@ -58,11 +66,36 @@ struct Link<R, W> {
     writer: W,
     buf: BytesMut,
     held: VecDeque<Vec<u8>>,
+    /// It failed or closed: every error since is the link's, not the request's.
+    broken: bool,
+    /// The server said why it ends the connection (`FILES BYE <why>`):
+    /// not to be dialled again.
+    bye: Option<String>,
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<R, W> {
-    /// The next line with its `\n`; None when the server closed.
+    fn new(reader: R, writer: W, already: BytesMut) -> Self {
+        Link { reader, writer, buf: already, held: VecDeque::new(), broken: false, bye: None }
+    }
+
+    /// The next line with its `\n`; None when the server closed. A
+    /// `FILES BYE` line is noted, not returned.
     async fn next_line(&mut self) -> io::Result<Option<Vec<u8>>> {
+        let line = self.read_line().await;
+        if !matches!(line, Ok(Some(_))) {
+            self.broken = true;
+        }
+        if let Ok(Some(l)) = &line {
+            if let Some(why) = bye_of(l) {
+                self.bye = Some(why);
+                self.broken = true;
+                return Ok(None);
+            }
+        }
+        line
+    }
+
+    async fn read_line(&mut self) -> io::Result<Option<Vec<u8>>> {
         loop {
             if let Some(end) = self.buf.iter().position(|&b| b == b'\n') {
                 return Ok(Some(self.buf.split_to(end + 1).to_vec()));
@@ -74,8 +107,13 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<R, W> {
     }
 
     async fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.writer.write_all(bytes).await?;
-        self.writer.flush().await
+        let sent = async {
+            self.writer.write_all(bytes).await?;
+            self.writer.flush().await
+        }
+        .await;
+        self.broken |= sent.is_err();
+        sent
     }
 
     /// A file command and its answer: `S`'s arguments, or `E`'s reason.
@@ -110,7 +148,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<R, W> {
     async fn body(&mut self, mut size: u64, out: &mut impl Write) -> Result<io::Result<()>, String> {
         let mut written = Ok(());
         while size > 0 {
-            if self.buf.is_empty() && self.reader.read_buf(&mut self.buf).await.map_err(|e| format!("the server: {e}"))? == 0 {
+            if self.buf.is_empty() && !matches!(self.reader.read_buf(&mut self.buf).await, Ok(n) if n > 0) {
+                self.broken = true;
                 return Err("the server closed the connection in a file".into());
             }
             let n = self.buf.len().min(usize::try_from(size).unwrap_or(usize::MAX));
@@ -144,10 +183,9 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<R, W> {
                 }
                 Ok(n) => n,
             };
-            self.writer.write_all(&chunk[..n]).await.map_err(|e| format!("the server: {e}"))?;
+            self.send(&chunk[..n]).await.map_err(|e| format!("the server: {e}"))?;
             left -= n as u64;
         }
-        self.writer.flush().await.map_err(|e| format!("the server: {e}"))?;
         self.answer().await?.map_err(|why| format!("the server did not take {}: {why}", content.name()))?;
         Ok(sha)
     }
@@ -215,17 +253,40 @@ impl Content<'_> {
 }
 
 /// What the reply to a forwarded command means for the lines after it.
+#[derive(Clone)]
 enum Expect {
-    /// A request's `S` or `E`; a request id whose result means files,
-    /// noted when the server takes the request.
-    Reply(Option<(u32, Pending)>),
+    /// A request's `S` or `E`; with its request id (one the server took is
+    /// outstanding until its result is handed on), and what its result
+    /// means for files.
+    Reply(Option<u32>, Option<Pending>),
     /// `RESPONSE_PREFIX`: lines after its reply carry the new prefix.
     Prefix(Vec<u8>),
     /// `RESULTS`: its reply is `S <n>`, then n result lines.
     Results,
+    /// `BOINC_SELECT_PROJECT`: in force once answered `S`.
+    Select,
+    /// `ASYNC_MODE_ON` / `_OFF`.
+    Async(bool),
+}
+
+/// A line sent to the server whose reply has not been handed on.
+struct Sent {
+    line: Vec<u8>,
+    expect: Expect,
+}
+
+/// A request the server took whose result has not been handed on: sent
+/// again after a reconnection (the server answers `S` and does not run
+/// it again if it has it, runs it if it lost it), under the project
+/// selection it was taken under.
+struct Outstanding {
+    order: u64,
+    line: Vec<u8>,
+    select: Option<Rc<Vec<u8>>>,
 }
 
 /// A request whose result line means files to bring.
+#[derive(Clone)]
 enum Pending {
     Fetch { remote: String, dir: PathBuf, stderr: PathBuf, dsts: Vec<PathBuf> },
     BlahStatus { job_id: String },
@@ -236,11 +297,21 @@ struct Relay<R, W> {
     link: Link<R, W>,
     stdout: tokio::io::Stdout,
     prefix: Vec<u8>,
-    expect: VecDeque<Expect>,
+    /// Lines sent, oldest first, until their reply is handed on.
+    sent: VecDeque<Sent>,
     /// A RESULTS block being read: its lines (the header first) and how
     /// many are still to come.
     block: Option<(usize, Vec<Vec<u8>>)>,
     pending: HashMap<u32, Pending>,
+    outstanding: HashMap<u32, Outstanding>,
+    taken: u64,
+    /// The `BOINC_SELECT_PROJECT` line in force, and asynchronous mode.
+    select: Option<Rc<Vec<u8>>>,
+    async_mode: bool,
+    /// A line from the gridmanager being handled, not yet sent.
+    unsent: Option<Frame>,
+    /// QUIT was sent: the session is over when the link closes.
+    quit: bool,
 }
 
 enum Event {
@@ -248,47 +319,116 @@ enum Event {
     Down(io::Result<Option<Vec<u8>>>),
 }
 
+/// `FILES BYE <why>`: the server ends this connection for good (the
+/// token was revoked, or a newer connection of the client replaced it).
+fn bye_of(line: &[u8]) -> Option<String> {
+    let rest = line.strip_prefix(b"FILES BYE")?;
+    let args = split_args(rest.trim_ascii());
+    Some(args.first().map(|a| String::from_utf8_lossy(a).into_owned()).unwrap_or_default())
+}
+
+/// The request id of a request that has one.
+fn reqid_of(req: &Request) -> Option<u32> {
+    match req {
+        Request::Async { reqid, .. } | Request::Blah { reqid, .. } | Request::Sequence { reqid, .. } => Some(reqid.0),
+        _ => None,
+    }
+}
+
 /// Runs the connection after `AUTH` was answered `S`; `already` holds what
 /// the server sent after that answer. Without `files`, requests go as
-/// they are (their paths name files in the client's area there).
-pub async fn relay(stream: impl AsyncRead + AsyncWrite + Unpin, already: BytesMut, files: bool) -> Result<(), String> {
+/// they are (their paths name files in the client's area there). When the
+/// link drops before the session is over (QUIT, or stdin closed), it
+/// dials again with `dialer` and resumes.
+pub async fn relay(dialer: &Dialer, stream: Stream, already: BytesMut, files: bool) -> Result<(), String> {
     let (reader, writer) = tokio::io::split(stream);
     let mut relay = Relay {
-        link: Link { reader, writer, buf: already, held: VecDeque::new() },
+        link: Link::new(reader, writer, already),
         stdout: tokio::io::stdout(),
         prefix: Vec::new(),
-        expect: VecDeque::new(),
+        sent: VecDeque::new(),
         block: None,
         pending: HashMap::new(),
+        outstanding: HashMap::new(),
+        taken: 0,
+        select: None,
+        async_mode: false,
+        unsent: None,
+        quit: false,
     };
-    let files = files && relay.negotiate().await?;
+    let files = files && relay.negotiate(true).await?;
     let mut stdin = FramedRead::new(tokio::io::stdin(), GahpDecoder(LineFramer::new(MAX_LINE)));
     let mut stdin_open = true;
+    let mut resuming = false;
     loop {
-        while let Some(line) = relay.link.held.pop_front() {
-            relay.down(line).await?;
-        }
-        let event = tokio::select! {
-            up = stdin.next(), if stdin_open => Event::Up(up),
-            down = relay.link.next_line() => Event::Down(down),
+        let step = if resuming {
+            relay.resume(files).await.map(|()| resuming = false)
+        } else {
+            relay.step(&mut stdin, &mut stdin_open, files).await
         };
-        match event {
-            Event::Up(Some(Ok(frame))) => relay.up(frame, files).await?,
-            Event::Up(_) => {
-                // The server ends the session at EOF; its close ends this.
-                stdin_open = false;
-                let _ = relay.link.writer.shutdown().await;
-            }
-            Event::Down(Ok(Some(line))) => relay.down(line).await?,
-            Event::Down(_) => return Ok(()),
+        let Err(why) = step else { continue };
+        if !relay.link.broken {
+            return Err(why);
         }
+        if let Some(bye) = relay.link.bye.take() {
+            return Err(format!("the server ended the session: {bye}"));
+        }
+        // The session is over (or reconnecting is off): as before, the
+        // link's close ends this.
+        if relay.quit || !stdin_open || dialer.reconnect_for.is_zero() {
+            return Ok(());
+        }
+        eprintln!("boinc_gahp connect: lost the connection ({why}); reconnecting for up to {} s", dialer.reconnect_for.as_secs());
+        // stdin is not read meanwhile: the gridmanager waits on its pipe.
+        let (stream, already) = dialer.redial().await?;
+        let (reader, writer) = tokio::io::split(stream);
+        relay.link = Link::new(reader, writer, already);
+        relay.block = None;
+        resuming = true;
     }
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
+    /// One line from either side and what it leads to; Err when the link
+    /// failed (`link.broken`) or something else ends this.
+    async fn step<S>(&mut self, stdin: &mut S, stdin_open: &mut bool, files: bool) -> Result<(), String>
+    where
+        S: futures_util::Stream<Item = io::Result<Frame>> + Unpin,
+    {
+        while let Some(line) = self.link.held.pop_front() {
+            self.down(line).await?;
+        }
+        // A line the link dropped under before it went (its files going up).
+        if let Some(frame) = self.unsent.clone() {
+            return self.up(frame, files).await;
+        }
+        let event = tokio::select! {
+            up = stdin.next(), if *stdin_open => Event::Up(up),
+            down = self.link.next_line() => Event::Down(down),
+        };
+        match event {
+            Event::Up(Some(Ok(frame))) => {
+                self.unsent = Some(frame.clone());
+                self.up(frame, files).await?;
+                self.unsent = None;
+                Ok(())
+            }
+            Event::Up(_) => {
+                // The server ends the session at EOF; its close ends this.
+                *stdin_open = false;
+                let _ = self.link.writer.shutdown().await;
+                Ok(())
+            }
+            Event::Down(Ok(Some(line))) => self.down(line).await,
+            Event::Down(Ok(None)) => Err("the server closed the connection".into()),
+            Event::Down(Err(e)) => Err(format!("the server: {e}")),
+        }
+    }
+
     /// `FILES 1`: true when the server takes files. Its banner (and
-    /// whatever else comes first) goes on to the gridmanager.
-    async fn negotiate(&mut self) -> Result<bool, String> {
+    /// whatever else comes first) goes on to the gridmanager if `emit`
+    /// (the first connection; a resumed one's is not the gridmanager's).
+    async fn negotiate(&mut self, emit: bool) -> Result<bool, String> {
         self.link.send(b"FILES 1\n").await.map_err(|e| format!("the server: {e}"))?;
         loop {
             let line = self.link.next_line().await.map_err(|e| format!("the server: {e}"))?.ok_or("the server closed the connection")?;
@@ -300,8 +440,87 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 eprintln!("boinc_gahp connect: the server does not take files; paths name files on the serving host");
                 return Ok(false);
             }
-            self.emit(&line).await?;
+            if emit {
+                self.emit(&line).await?;
+            }
         }
+    }
+
+    /// After a reconnection: the banner, then, in one go, the state the
+    /// gridmanager set (prefix, asynchronous mode), every outstanding
+    /// request under the selection it was taken under, the selection in
+    /// force; their replies are read here (each must be `S`). Then the
+    /// lines that had no reply are sent again, their replies handed on as
+    /// usual.
+    async fn resume(&mut self, files: bool) -> Result<(), String> {
+        if files {
+            if !self.negotiate(false).await? {
+                return Err("the server no longer takes files".into());
+            }
+        } else {
+            self.link.next_line().await.map_err(|e| format!("the server: {e}"))?.ok_or("the server closed the connection")?;
+        }
+        let mut lines: Vec<(Vec<u8>, Option<u32>)> = Vec::new();
+        if !self.prefix.is_empty() {
+            lines.push((gahp::request::format(&Request::ResponsePrefix(self.prefix.clone())), None));
+        }
+        if self.async_mode {
+            lines.push((b"ASYNC_MODE_ON".to_vec(), None));
+        }
+        let mut again: Vec<(&u32, &Outstanding)> = self.outstanding.iter().collect();
+        again.sort_by_key(|(_, o)| o.order);
+        let mut selected: Option<&Rc<Vec<u8>>> = None;
+        for (id, o) in again {
+            if let Some(select) = o.select.as_ref().filter(|s| selected.is_none_or(|was| !Rc::ptr_eq(was, s))) {
+                lines.push((select.to_vec(), None));
+                selected = Some(select);
+            }
+            lines.push((o.line.clone(), Some(*id)));
+        }
+        if let Some(select) = self.select.as_ref().filter(|s| selected.is_none_or(|was| !Rc::ptr_eq(was, s))) {
+            lines.push((select.to_vec(), None));
+        }
+        let mut bytes = Vec::new();
+        for (line, _) in &lines {
+            bytes.extend_from_slice(line);
+            bytes.push(b'\n');
+        }
+        self.link.send(&bytes).await.map_err(|e| format!("the server: {e}"))?;
+        let mut notified = false;
+        for (line, reqid) in &lines {
+            let reply = loop {
+                let reply =
+                    self.link.next_line().await.map_err(|e| format!("the server: {e}"))?.ok_or("the server closed the connection")?;
+                if self.body(&reply) == b"R" {
+                    notified = true;
+                    continue;
+                }
+                break reply;
+            };
+            if self.body(&reply) == b"S" {
+                continue;
+            }
+            let what = String::from_utf8_lossy(line.split(|&b| b == b' ').next().unwrap_or_default()).into_owned();
+            match reqid {
+                // Another sender holds the id now: its result is not ours.
+                Some(id) => {
+                    eprintln!(
+                        "boinc_gahp connect: request {id} ({what}), sent again after the reconnection, was refused: it gets no result"
+                    );
+                    self.outstanding.remove(id);
+                    self.pending.remove(id);
+                }
+                None => return Err(format!("the server refused {what} after the reconnection")),
+            }
+        }
+        eprintln!("boinc_gahp connect: reconnected; {} request(s) outstanding sent again", self.outstanding.len());
+        if notified {
+            self.reply_here(b"R").await?;
+        }
+        for sent in std::mem::take(&mut self.sent) {
+            self.forward(&sent.line, sent.expect).await?;
+        }
+        Ok(())
     }
 
     async fn emit(&mut self, bytes: &[u8]) -> Result<(), String> {
@@ -318,7 +537,10 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
     }
 
     async fn forward(&mut self, line: &[u8], expect: Expect) -> Result<(), String> {
-        self.expect.push_back(expect);
+        self.quit |= line.trim_ascii() == b"QUIT";
+        // Sent now or, if the link drops, again after the reconnection.
+        self.unsent = None;
+        self.sent.push_back(Sent { line: line.to_vec(), expect });
         let mut bytes = line.to_vec();
         bytes.push(b'\n');
         self.link.send(&bytes).await.map_err(|e| format!("the server: {e}"))
@@ -334,18 +556,35 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             // Those words are the file protocol's on this connection.
             return self.reply_here(b"E").await;
         }
-        let req = if files { gahp::request::parse(&line).ok() } else { None };
+        let req = gahp::request::parse(&line).ok();
+        let reqid = req.as_ref().and_then(reqid_of);
+        if let Some(id) = reqid {
+            // Pending here: the server would take it for this request sent
+            // again after a reconnection.
+            let in_flight = self.sent.iter().any(|s| matches!(s.expect, Expect::Reply(Some(i), _) if i == id));
+            if self.outstanding.contains_key(&id) || in_flight {
+                return self.reply_here(b"E").await;
+            }
+        }
+        let req = match req {
+            Some(Request::ResponsePrefix(p)) => return self.forward(&line, Expect::Prefix(p)).await,
+            Some(Request::Results) => return self.forward(&line, Expect::Results).await,
+            Some(Request::AsyncModeOn) => return self.forward(&line, Expect::Async(true)).await,
+            Some(Request::AsyncModeOff) => return self.forward(&line, Expect::Async(false)).await,
+            Some(Request::SelectProject { .. }) if !files => return self.forward(&line, Expect::Select).await,
+            req if files => req,
+            _ => return self.forward(&line, Expect::Reply(reqid, None)).await,
+        };
+        let select = matches!(req, Some(Request::SelectProject { .. }));
         // A request whose result means files is noted once the server
         // took it (`S`): one it refused leaves another's of that id alone.
         let rewritten = match req {
-            Some(Request::ResponsePrefix(p)) => return self.forward(&line, Expect::Prefix(p)).await,
-            Some(Request::Results) => return self.forward(&line, Expect::Results).await,
             Some(Request::Async { reqid, command: AsyncCommand::Submit(mut s) }) => self
                 .send_inputs(s.jobs.iter_mut().flat_map(|job| job.inputs.iter_mut()))
                 .await
                 .map(|()| (gahp::request::format(&Request::Async { reqid, command: AsyncCommand::Submit(s) }), None)),
             Some(Request::Async { reqid, command: AsyncCommand::FetchOutput(f) }) => {
-                self.fetch_into_area(reqid, f).await.map(|(line, p)| (line, Some((reqid.0, p))))
+                self.fetch_into_area(reqid, f).await.map(|(line, p)| (line, Some(p)))
             }
             // A pool file goes up as an input does and is named by content.
             Some(Request::SelectProject { url, authenticator }) if url.starts_with(POOL_PREFIX) => {
@@ -359,20 +598,23 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 .blah_inputs(ad)
                 .await
                 .map(|ad| (gahp::request::format(&Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }), None)),
-            Some(Request::Blah { reqid, command: BlahCommand::JobStatus { job_id } }) => {
-                Ok((line, Some((reqid.0, Pending::BlahStatus { job_id }))))
+            Some(Request::Blah { reqid: _, command: BlahCommand::JobStatus { job_id } }) => {
+                Ok((line, Some(Pending::BlahStatus { job_id })))
             }
             Some(Request::Sequence { reqid, command: SequenceCommand::Create(mut c) }) => self
                 .send_inputs(c.state_files.iter_mut().chain(c.inputs.iter_mut()))
                 .await
                 .map(|()| (gahp::request::format(&Request::Sequence { reqid, command: SequenceCommand::Create(c) }), None)),
             Some(Request::Sequence { reqid, command: SequenceCommand::Fetch(f) }) => {
-                self.sequence_fetch_into_area(reqid, f).await.map(|(line, p)| (line, Some((reqid.0, p))))
+                self.sequence_fetch_into_area(reqid, f).await.map(|(line, p)| (line, Some(p)))
             }
             _ => Ok((line, None)),
         };
         match rewritten {
-            Ok((line, pending)) => self.forward(&line, Expect::Reply(pending)).await,
+            Ok((line, _)) if select => self.forward(&line, Expect::Select).await,
+            Ok((line, pending)) => self.forward(&line, Expect::Reply(reqid, pending)).await,
+            // The link dropped under it: it is handled again after the reconnection.
+            Err(why) if self.link.broken => Err(why),
             Err(why) => {
                 eprintln!("boinc_gahp connect: refused a request: {why}");
                 self.reply_here(b"E").await
@@ -528,30 +770,33 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         if body == b"R" {
             return self.emit(&line).await;
         }
-        match self.expect.pop_front() {
-            Some(Expect::Prefix(p)) => {
-                self.emit(&line).await?;
-                if body == b"S" {
-                    self.prefix = p;
-                }
-                Ok(())
-            }
-            Some(Expect::Results) => {
-                let n = body.strip_prefix(b"S ").and_then(|n| std::str::from_utf8(n).ok()?.trim().parse::<usize>().ok()).unwrap_or(0);
-                if n == 0 {
-                    return self.emit(&line).await;
-                }
+        // A RESULTS stays sent until its whole block is handed on.
+        if let Some(Sent { expect: Expect::Results, .. }) = self.sent.front() {
+            let n = body.strip_prefix(b"S ").and_then(|n| std::str::from_utf8(n).ok()?.trim().parse::<usize>().ok()).unwrap_or(0);
+            if n > 0 {
                 self.block = Some((n, vec![line]));
-                Ok(())
+                return Ok(());
             }
-            Some(Expect::Reply(pending)) => {
-                if let (Some((reqid, pending)), b"S") = (pending, body.as_slice()) {
+        }
+        let Some(Sent { line: sent, expect }) = self.sent.pop_front() else {
+            return self.emit(&line).await;
+        };
+        let ok = body == b"S";
+        match expect {
+            Expect::Prefix(p) if ok => self.prefix = p,
+            Expect::Select if ok => self.select = Some(Rc::new(sent)),
+            Expect::Async(on) if ok => self.async_mode = on,
+            Expect::Reply(Some(reqid), pending) if ok => {
+                if let Some(pending) = pending {
                     self.pending.insert(reqid, pending);
                 }
-                self.emit(&line).await
+                self.taken += 1;
+                let select = self.select.clone();
+                self.outstanding.insert(reqid, Outstanding { order: self.taken, line: sent, select });
             }
-            None => self.emit(&line).await,
+            _ => {}
         }
+        self.emit(&line).await
     }
 
     /// A line without the prefix and its terminator.
@@ -566,7 +811,9 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         for line in lines.iter_mut().skip(1) {
             let args = split_args(self.body(line));
             let Some(reqid) = args.first().and_then(|a| std::str::from_utf8(a).ok()?.parse::<u32>().ok()) else { continue };
-            let Some(pending) = self.pending.remove(&reqid) else { continue };
+            // Kept until the block is handed on: if the link drops first,
+            // the request is sent again and its result means files again.
+            let Some(pending) = self.pending.get(&reqid).cloned() else { continue };
             let failure = match pending {
                 Pending::Fetch { remote, dir, stderr, dsts } if args.get(1).is_some_and(|a| a == b"NULL") => {
                     self.bring_fetched(&remote, &dir, &stderr, &dsts).await.err().map(|why| CommandResult::error(why).encode(ReqId(reqid)))
@@ -583,6 +830,10 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                     .map(|why| BlahResult::Status { code: 1, error: why, status: 0, ad: None }.encode(ReqId(reqid))),
                 _ => None,
             };
+            if self.link.broken {
+                // Not handed on: each of its requests is sent again.
+                return Err("the server closed the connection while its outputs came".into());
+            }
             if let Some(body) = failure {
                 let mut rewritten = self.prefix.clone();
                 rewritten.extend_from_slice(&body);
@@ -590,7 +841,18 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 *line = rewritten;
             }
         }
-        self.emit(&lines.concat()).await
+        self.emit(&lines.concat()).await?;
+        for line in lines.iter().skip(1) {
+            let args = split_args(self.body(line));
+            if let Some(reqid) = args.first().and_then(|a| std::str::from_utf8(a).ok()?.parse::<u32>().ok()) {
+                self.pending.remove(&reqid);
+                self.outstanding.remove(&reqid);
+            }
+        }
+        if let Some(Sent { expect: Expect::Results, .. }) = self.sent.front() {
+            self.sent.pop_front();
+        }
+        Ok(())
     }
 
     /// A fetch's files, from its directory in the area to the ones asked

@@ -16,6 +16,7 @@ use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use gahp_actors::broker::pool::Pool;
+use gahp_actors::result_queue::SessionId;
 use gahp_actors::runtime::{OpenedState, Runtime};
 use gahp_actors::session::{EndSession, GahpDecoder, Session};
 use gahp_actors::tenancy::Tenancy;
@@ -63,6 +64,17 @@ struct Tenant {
     runtime: Runtime,
     tenancy: Tenancy,
     session: Option<Addr<Session>>,
+    /// Its current connection, if its client reconnects by itself
+    /// (`boinc_gahp connect`): its session id, and where a last line to it
+    /// goes that tells it not to come back.
+    /// (Weak: the connection's writer ends when its own senders are gone.)
+    resumable: Option<(SessionId, mpsc::WeakUnboundedSender<Outgoing>)>,
+}
+
+/// The last line to a connection that must not reconnect by itself.
+fn bye(to: &mpsc::WeakUnboundedSender<Outgoing>, why: &str) {
+    let Some(to) = to.upgrade() else { return };
+    let _ = to.send(Outgoing::Answer(Bytes::from(format!("FILES BYE {}\n", why.replace('\\', "\\\\").replace(' ', "\\ ")))));
 }
 
 struct Shared {
@@ -140,7 +152,9 @@ impl Shared {
         let runtime = Runtime::on(opened.map_err(io::Error::other)??)?;
         let tenancy = Tenancy { client: client.name.clone(), projects: projects_of(client), files };
         tracing::info!(client = %client.name, "started the client's runtime");
-        self.tenants.borrow_mut().insert(client.name.clone(), Tenant { runtime: runtime.clone(), tenancy: tenancy.clone(), session: None });
+        self.tenants
+            .borrow_mut()
+            .insert(client.name.clone(), Tenant { runtime: runtime.clone(), tenancy: tenancy.clone(), session: None, resumable: None });
         Ok((runtime, tenancy))
     }
 
@@ -151,6 +165,9 @@ impl Shared {
             if file.client(name).is_none() {
                 if let Some(s) = t.session.take() {
                     tracing::info!(client = %name, "token revoked: ending its session");
+                    if let Some((_, to)) = t.resumable.take() {
+                        bye(&to, "token revoked");
+                    }
                     s.do_send(EndSession);
                 }
             }
@@ -253,15 +270,21 @@ pub async fn run(server: Server, listener: TcpListener) {
     }
 }
 
-/// Reads the `AUTH <token>` line: at most [`MAX_AUTH_LINE`] bytes.
-async fn auth_line(stream: &mut (impl AsyncRead + Unpin), rest: &mut BytesMut) -> Result<Token, &'static str> {
+/// Reads the `AUTH <token> [<session id>]` line: at most
+/// [`MAX_AUTH_LINE`] bytes. A client that reconnects by itself presents
+/// the same session id on each of its connections.
+async fn auth_line(stream: &mut (impl AsyncRead + Unpin), rest: &mut BytesMut) -> Result<(Token, Option<SessionId>), &'static str> {
     loop {
         if let Some(end) = rest.iter().position(|&b| b == b'\n') {
             let line = rest.split_to(end + 1);
             let line = std::str::from_utf8(&line).map_err(|_| "the first line must be AUTH <token>")?;
             let line = line.trim_end_matches(['\r', '\n']);
-            return match line.split_once(' ') {
-                Some(("AUTH", token)) if !token.is_empty() && !token.contains(' ') => Ok(Token::new(token)),
+            let words: Vec<&str> = line.split(' ').collect();
+            return match words.as_slice() {
+                ["AUTH", token] if !token.is_empty() => Ok((Token::new(*token), None)),
+                ["AUTH", token, session] if !token.is_empty() && session_id_ok(session) => {
+                    Ok((Token::new(*token), Some(SessionId::from(*session))))
+                }
                 _ => Err("the first line must be AUTH <token>"),
             };
         }
@@ -275,6 +298,11 @@ async fn auth_line(stream: &mut (impl AsyncRead + Unpin), rest: &mut BytesMut) -
     }
 }
 
+/// 1 to 64 letters, digits, `-` or `_`.
+fn session_id_ok(id: &str) -> bool {
+    (1..=64).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     shared: &Rc<Shared>,
     mut stream: S,
@@ -283,7 +311,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
 ) {
     let limits = shared.server.limits.clone();
     let mut rest = BytesMut::new();
-    let token = match tokio::time::timeout_at(deadline, auth_line(&mut stream, &mut rest)).await {
+    let (token, session_id) = match tokio::time::timeout_at(deadline, auth_line(&mut stream, &mut rest)).await {
         Ok(Ok(t)) => t,
         Ok(Err(why)) => {
             tracing::info!(%peer, "refused a connection: {}", if why.is_empty() { "closed before AUTH" } else { why });
@@ -332,18 +360,28 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let transfer = Transfer::new(tenancy.clone(), out_tx.clone());
     let (in_tx, mut in_rx) = mpsc::channel::<io::Result<Frame>>(16);
+    let resumable = session_id.clone().map(|id| (id, out_tx.downgrade()));
     let output = Box::new(ChannelWriter { buf: Vec::new(), tx: out_tx, unread: unread.clone(), max: limits.max_unread_bytes });
     let frames = futures_util::stream::poll_fn(move |cx| in_rx.poll_recv(cx));
-    let session = match Session::attach(&runtime, frames, output, None, Some(tenancy)) {
+    let session = match Session::attach(&runtime, frames, output, None, Some(tenancy), session_id.clone()) {
         Ok(s) => s,
         Err(e) => {
             tracing::warn!(client = %client.name, "can't start a session: {e}");
             return;
         }
     };
-    let previous = shared.tenants.borrow_mut().get_mut(&client.name).and_then(|t| t.session.replace(session));
+    let (previous, was) = match shared.tenants.borrow_mut().get_mut(&client.name) {
+        Some(t) => (t.session.replace(session), std::mem::replace(&mut t.resumable, resumable)),
+        None => (None, None),
+    };
     if let Some(old) = previous {
         tracing::info!(client = %client.name, "a new connection replaces the client's open one");
+        // Another session's connection must not come back and replace
+        // this one in turn; the same session's is this one.
+        if let Some((id, to)) = was.filter(|(id, _)| Some(id) != session_id.as_ref()) {
+            tracing::info!(client = %client.name, session = %id, "telling the replaced connection not to reconnect");
+            bye(&to, "replaced by a newer connection of this client");
+        }
         old.do_send(EndSession);
     }
 

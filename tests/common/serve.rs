@@ -74,12 +74,23 @@ pub fn serve(dir: &Path, tokens: &Path, extra: &[&str]) -> Serve {
 
 /// `serve` with the daemon's own flags (`global`, before `serve`) too.
 pub fn serve_with(dir: &Path, tokens: &Path, global: &[&str], extra: &[&str]) -> Serve {
+    serve_listening(dir, tokens, global, 0, extra)
+}
+
+/// `serve` on a port of the test's choosing (0: any): a restart where its
+/// clients were.
+pub fn serve_at(dir: &Path, tokens: &Path, port: u16, extra: &[&str]) -> Serve {
+    serve_listening(dir, tokens, &[], port, extra)
+}
+
+fn serve_listening(dir: &Path, tokens: &Path, global: &[&str], port: u16, extra: &[&str]) -> Serve {
     let (state, log) = (dir.join("serve-state"), dir.join("serve-log"));
     std::fs::create_dir_all(&log).unwrap();
     let mut cmd = Command::new(boinc_gahp());
     cmd.args(["--state-dir", state.to_str().unwrap(), "--log-file", log.join("gahp.log").to_str().unwrap(), "--retry-base-ms", "20"]);
     cmd.args(global);
-    cmd.args(["serve", "--listen", "127.0.0.1:0", "--tokens", tokens.to_str().unwrap()]);
+    let listen = format!("127.0.0.1:{port}");
+    cmd.args(["serve", "--listen", listen.as_str(), "--tokens", tokens.to_str().unwrap()]);
     let ca = if extra.contains(&"--insecure-loopback") {
         None
     } else {
