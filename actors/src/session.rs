@@ -4,12 +4,14 @@
 //! it is written).
 
 use std::io::{self, Write};
+use std::sync::Arc;
 
 use actix::prelude::*;
 use bytes::BytesMut;
 use futures_util::Stream;
-use gahp_protocol::gahp::{self, Frame, LineFramer, ReqId, Request, ReturnLine};
+use gahp_protocol::gahp::{self, BlahCommand, Frame, LineFramer, ReqId, Request, ReturnLine};
 use tokio::io::AsyncRead;
+use tokio::sync::Semaphore;
 use tokio_util::codec::{Decoder, FramedRead};
 
 use crate::blah::jobs::{BlahDispatch, BlahJobs};
@@ -47,6 +49,11 @@ pub struct Session {
     queue: Addr<ResultQueue>,
     projects: Addr<Projects>,
     blah: Addr<BlahJobs>,
+    /// A place for each `BLAH_JOB_SUBMIT` until its job is recorded
+    /// (`[blah] max_submits_waiting`): with none free, nothing more is read.
+    submit_places: Arc<Semaphore>,
+    /// How many places there are (for the log).
+    submit_places_max: usize,
     /// A client of `boinc_gahp serve`: what it may do (None: stdio).
     tenancy: Option<Tenancy>,
     /// Itself, to end itself where no context is at hand.
@@ -178,8 +185,7 @@ impl Session {
                 ctx.wait(self.queue.send(Drain).into_actor(self).map(|lines, act, _| {
                     let lines = lines.unwrap_or_default();
                     let header = ReturnLine::ResultsHeader(lines.len()).encode();
-                    let lines = lines.iter().map(|l| [l.head.as_slice(), &l.tail[..]]);
-                    act.write_lines(std::iter::once([header.as_slice(), &[][..]]).chain(lines));
+                    act.write_lines(std::iter::once([header.as_slice(), &[][..]]).chain(lines.iter()));
                 }));
             }
             Request::AsyncModeOn | Request::AsyncModeOff => {
@@ -223,34 +229,60 @@ impl Session {
             Request::Async { reqid, command } => {
                 // Bind the command to the project selected now (invariant 4).
                 if let Some(pool) = self.pool.clone() {
-                    self.accept(reqid, ctx, move |act| act.pools.do_send(PoolDispatch { reqid, pool, command }));
+                    self.accept(reqid, ctx, move |act, _| act.pools.do_send(PoolDispatch { reqid, pool, command }));
                     return;
                 }
                 let project = self.current.clone();
-                self.accept(reqid, ctx, move |act| act.projects.do_send(Dispatch { reqid, project, command }));
+                self.accept(reqid, ctx, move |act, _| act.projects.do_send(Dispatch { reqid, project, command }));
             }
-            Request::Blah { reqid, command } => self.accept(reqid, ctx, move |act| act.blah.do_send(BlahDispatch { reqid, command })),
+            Request::Blah { reqid, command } => self.accept(reqid, ctx, move |act, ctx| act.dispatch_blah(reqid, command, ctx)),
             Request::Sequence { reqid, command } => {
                 if let Some(pool) = self.pool.clone() {
-                    self.accept(reqid, ctx, move |act| act.pools.do_send(PoolDispatchSequence { reqid, pool, command }));
+                    self.accept(reqid, ctx, move |act, _| act.pools.do_send(PoolDispatchSequence { reqid, pool, command }));
                     return;
                 }
                 let project = self.current.clone();
-                self.accept(reqid, ctx, move |act| act.projects.do_send(DispatchSequence { reqid, project, command }));
+                self.accept(reqid, ctx, move |act, _| act.projects.do_send(DispatchSequence { reqid, project, command }));
             }
         }
     }
 
     /// Registers the request id: `S` and `dispatch` if it is new, else `E`.
-    fn accept(&mut self, reqid: ReqId, ctx: &mut Context<Self>, dispatch: impl FnOnce(&mut Self) + 'static) {
-        ctx.wait(self.queue.send(Accept(reqid)).into_actor(self).map(move |accepted, act, _| {
+    fn accept(&mut self, reqid: ReqId, ctx: &mut Context<Self>, dispatch: impl FnOnce(&mut Self, &mut Context<Self>) + 'static) {
+        ctx.wait(self.queue.send(Accept(reqid)).into_actor(self).map(move |accepted, act, ctx| {
             if accepted.unwrap_or(false) {
                 act.reply(ReturnLine::Success);
-                dispatch(act);
+                dispatch(act, ctx);
             } else {
                 tracing::warn!(reqid = reqid.0, "request id already pending");
                 act.reply(ReturnLine::Error);
             }
+        }));
+    }
+}
+
+impl Session {
+    /// Hands a `BLAH_*` command on; a submit takes a place among those
+    /// waiting for the state database. With every place taken, the session
+    /// waits for one before it reads anything more: a flood of submits is
+    /// paced by the database (each waiting submit holds its task, its ad's
+    /// text and its queued write), the rest waits in the gridmanager's pipe.
+    /// What is behind it (RESULTS, statuses) is read once a place frees,
+    /// which every recorded job does, whatever else is going on.
+    fn dispatch_blah(&mut self, reqid: ReqId, command: BlahCommand, ctx: &mut Context<Self>) {
+        if !matches!(command, BlahCommand::JobSubmit { .. }) {
+            self.blah.do_send(BlahDispatch { reqid, command, place: None });
+            return;
+        }
+        if let Ok(place) = self.submit_places.clone().try_acquire_owned() {
+            self.blah.do_send(BlahDispatch { reqid, command, place: Some(place) });
+            return;
+        }
+        tracing::debug!(waiting = self.submit_places_max, "reading paused: every BLAH_JOB_SUBMIT place is taken");
+        let places = self.submit_places.clone();
+        // The semaphore is never closed: `None` only if that changes.
+        ctx.wait(async move { places.acquire_owned().await.ok() }.into_actor(self).map(move |place, act, _| {
+            act.blah.do_send(BlahDispatch { reqid, command, place });
         }));
     }
 }
@@ -363,6 +395,8 @@ impl Session {
                 queue: runtime.queue.clone(),
                 projects: runtime.projects.clone(),
                 blah: runtime.blah.clone(),
+                submit_places: Arc::new(Semaphore::new(runtime.config.blah.max_submits_waiting)),
+                submit_places_max: runtime.config.blah.max_submits_waiting,
                 tenancy,
                 me: tenancy_some.then(|| ctx.address()),
                 ended: false,
