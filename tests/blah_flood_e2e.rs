@@ -62,7 +62,7 @@ fn a_submit_flood_is_paced_and_every_command_behind_it_is_answered_once() {
     let iwd = |i: usize| dir.path().join(format!("j{i}"));
     let mut sent: Vec<(u32, Sent)> = Vec::new();
     let mut flood = Vec::new();
-    let mut write = |flood: &mut Vec<u8>, line: Vec<u8>| {
+    let write = |flood: &mut Vec<u8>, line: Vec<u8>| {
         flood.extend_from_slice(&line);
         flood.extend_from_slice(b"\r\n");
     };
@@ -142,8 +142,10 @@ fn a_submit_flood_is_paced_and_every_command_behind_it_is_answered_once() {
         .filter_map(|l| l.split("waiting=").nth(1)?.split_whitespace().next()?.parse::<usize>().ok())
         .max()
         .expect("the log counts the waiting submits");
+    let pauses = log.matches("reading paused").count();
+    eprintln!("at most {most} submits waited at once ({PLACES} places); the reading paused {pauses} times");
     assert!(most <= PLACES, "{most} submits waited at once, with {PLACES} places");
-    assert!(log.contains("reading paused"), "the flood never filled the places");
+    assert!(pauses > 0, "the flood never filled the places");
 
     // Every job runs and completes.
     let until = Instant::now() + Duration::from_secs(300);
