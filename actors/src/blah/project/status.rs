@@ -281,9 +281,9 @@ impl JobStates {
         match self.statuses[job as usize] {
             JobStates::OTHER => {
                 let at = self.others.binary_search_by_key(&job, |(j, _)| *j).ok()?;
-                Some(BoincStatus::Other(self.others[at].1.clone()))
+                Some(BoincStatus::Other(Box::new(self.others[at].1.clone())))
             }
-            known => BoincStatus::KNOWN.get(known as usize).map(|k| BoincStatus::Known(k)),
+            known => BoincStatus::KNOWN.get(usize::from(known)).map(|_| BoincStatus::Known(known)),
         }
     }
 
