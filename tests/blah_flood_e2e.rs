@@ -1,9 +1,9 @@
 //! A flood of `BLAH_JOB_SUBMIT`s written at once, with `RESULTS`, statuses
-//! and pings among them, to the real daemon over pipes: the session lets
-//! at most `[blah] max_submits_waiting` submits wait for the state
-//! database and reads nothing more meanwhile, yet every command behind the
-//! pause is answered, every result comes exactly once, and every job runs
-//! to completion on the simulated project.
+//! and pings among them, to the real daemon over pipes, then floods of
+//! statuses: the session lets at most `[blah] max_commands_in_progress`
+//! submits and statuses be in progress and reads nothing more meanwhile,
+//! yet every command behind the pause is answered, every result comes
+//! exactly once, and every job runs to completion on the simulated project.
 
 mod common;
 use common::*;
@@ -48,7 +48,7 @@ fn a_submit_flood_is_paced_and_every_command_behind_it_is_answered_once() {
         format!(
             "log_level = \"info,gahp_actors::session=debug,gahp_actors::blah::jobs=debug\"\n[blah]\nproject_url = \"{}\"\n\
              authenticator_file = \"boinc.auth\"\ndefault_app = \"uppercase\"\nstatus_refresh_secs = 0.5\n\
-             batch_window_secs = 0.5\nmax_submits_waiting = {PLACES}\n",
+             batch_window_secs = 0.5\nmax_commands_in_progress = {PLACES}\n",
             sim.url
         ),
     )
@@ -133,20 +133,6 @@ fn a_submit_flood_is_paced_and_every_command_behind_it_is_answered_once() {
     let distinct: std::collections::HashSet<&String> = ids.iter().collect();
     assert_eq!(distinct.len(), JOBS, "each job its own id");
 
-    // The pacing held: the log says how many submits waited at most, and
-    // that the reading paused.
-    let log = log_text(dir.path());
-    let most = log
-        .lines()
-        .filter(|l| l.contains("BLAH_JOB_SUBMITs waiting: the most yet"))
-        .filter_map(|l| l.split("waiting=").nth(1)?.split_whitespace().next()?.parse::<usize>().ok())
-        .max()
-        .expect("the log counts the waiting submits");
-    let pauses = log.matches("reading paused").count();
-    eprintln!("at most {most} submits waited at once ({PLACES} places); the reading paused {pauses} times");
-    assert!(most <= PLACES, "{most} submits waited at once, with {PLACES} places");
-    assert!(pauses > 0, "the flood never filled the places");
-
     // Every job runs and completes.
     let until = Instant::now() + Duration::from_secs(300);
     let mut pending: Vec<usize> = (0..JOBS).collect();
@@ -174,4 +160,18 @@ fn a_submit_flood_is_paced_and_every_command_behind_it_is_answered_once() {
         }
         pending = still;
     }
+
+    // The pacing held: the log says how many submits and statuses were in
+    // progress at most, and that the reading paused.
+    let log = log_text(dir.path());
+    let most = log
+        .lines()
+        .filter(|l| l.contains("BLAH commands in progress: the most yet"))
+        .filter_map(|l| l.split("in_progress=").nth(1)?.split_whitespace().next()?.parse::<usize>().ok())
+        .max()
+        .expect("the log counts the commands in progress");
+    let pauses = log.matches("reading paused").count();
+    eprintln!("at most {most} commands were in progress at once ({PLACES} places); the reading paused {pauses} times");
+    assert!(most <= PLACES, "{most} commands were in progress at once, with {PLACES} places");
+    assert!(pauses > 0, "the flood never filled the places");
 }

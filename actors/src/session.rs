@@ -49,11 +49,12 @@ pub struct Session {
     queue: Addr<ResultQueue>,
     projects: Addr<Projects>,
     blah: Addr<BlahJobs>,
-    /// A place for each `BLAH_JOB_SUBMIT` until its job is recorded
-    /// (`[blah] max_submits_waiting`): with none free, nothing more is read.
-    submit_places: Arc<Semaphore>,
+    /// A place for each `BLAH_JOB_SUBMIT` and `BLAH_JOB_STATUS` until its
+    /// result is queued (`[blah] max_commands_in_progress`): with none
+    /// free, nothing more is read.
+    blah_places: Arc<Semaphore>,
     /// How many places there are (for the log).
-    submit_places_max: usize,
+    blah_places_max: usize,
     /// A client of `boinc_gahp serve`: what it may do (None: stdio).
     tenancy: Option<Tenancy>,
     /// Itself, to end itself where no context is at hand.
@@ -262,24 +263,27 @@ impl Session {
 }
 
 impl Session {
-    /// Hands a `BLAH_*` command on; a submit takes a place among those
-    /// waiting for the state database. With every place taken, the session
-    /// waits for one before it reads anything more: a flood of submits is
-    /// paced by the database (each waiting submit holds its task, its ad's
-    /// text and its queued write), the rest waits in the gridmanager's pipe.
-    /// What is behind it (RESULTS, statuses) is read once a place frees,
-    /// which every recorded job does, whatever else is going on.
+    /// Hands a `BLAH_*` command on; a submit or a status takes a place
+    /// among those in progress. With every place taken, the session waits
+    /// for one before it reads anything more: a flood of them is paced by
+    /// the state database (each submit in progress holds its task, its ad's
+    /// text and its queued write; each status its task), the rest waits in
+    /// the gridmanager's pipe. Both wait for nothing but the database and
+    /// the status cache (never for the project), so a place frees within
+    /// milliseconds whatever else is going on, and what is behind them
+    /// (RESULTS, pings, cancels) is read then. Pings and cancels, which
+    /// may wait for the project, take no place.
     fn dispatch_blah(&mut self, reqid: ReqId, command: BlahCommand, ctx: &mut Context<Self>) {
-        if !matches!(command, BlahCommand::JobSubmit { .. }) {
+        if !matches!(command, BlahCommand::JobSubmit { .. } | BlahCommand::JobStatus { .. }) {
             self.blah.do_send(BlahDispatch { reqid, command, place: None });
             return;
         }
-        if let Ok(place) = self.submit_places.clone().try_acquire_owned() {
+        if let Ok(place) = self.blah_places.clone().try_acquire_owned() {
             self.blah.do_send(BlahDispatch { reqid, command, place: Some(place) });
             return;
         }
-        tracing::debug!(waiting = self.submit_places_max, "reading paused: every BLAH_JOB_SUBMIT place is taken");
-        let places = self.submit_places.clone();
+        tracing::debug!(places = self.blah_places_max, "reading paused: every place of a BLAH_JOB_SUBMIT or BLAH_JOB_STATUS is taken");
+        let places = self.blah_places.clone();
         // The semaphore is never closed: `None` only if that changes.
         ctx.wait(async move { places.acquire_owned().await.ok() }.into_actor(self).map(move |place, act, _| {
             act.blah.do_send(BlahDispatch { reqid, command, place });
@@ -395,8 +399,8 @@ impl Session {
                 queue: runtime.queue.clone(),
                 projects: runtime.projects.clone(),
                 blah: runtime.blah.clone(),
-                submit_places: Arc::new(Semaphore::new(runtime.config.blah.max_submits_waiting)),
-                submit_places_max: runtime.config.blah.max_submits_waiting,
+                blah_places: Arc::new(Semaphore::new(runtime.config.blah.max_commands_in_progress)),
+                blah_places_max: runtime.config.blah.max_commands_in_progress,
                 tenancy,
                 me: tenancy_some.then(|| ctx.address()),
                 ended: false,

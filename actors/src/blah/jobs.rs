@@ -47,7 +47,7 @@ pub struct BlahJobs {
     /// Projects jobs were submitted to: key -> (URL, authenticator file).
     known: HashMap<String, (String, PathBuf)>,
     running: HashMap<String, Addr<BlahProject>>,
-    /// Submits whose command has not ended (trace of the pacing).
+    /// Submits and statuses in progress (a trace of the pacing).
     waiting: Waiting,
 }
 
@@ -301,8 +301,9 @@ fn prune_period(retention: Duration) -> Duration {
 /// The work of one command, run as a task of its own.
 type Work = LocalBoxFuture<'static, BlahResult>;
 
-/// How many submits are between their dispatch and their result, and the
-/// most there have been: a debug line at each new most, which tests read
+/// How many submits and statuses (those with a place, see
+/// `Session::dispatch_blah`) are between their dispatch and their result,
+/// and the most there have been: a debug line at each new most, which tests read
 /// to see the session's pacing hold.
 #[derive(Default, Clone)]
 struct Waiting(Rc<Cell<(usize, usize)>>);
@@ -316,7 +317,7 @@ impl Waiting {
         let (now, most) = self.0.get();
         let now = now + 1;
         if now > most {
-            tracing::debug!(waiting = now, "BLAH_JOB_SUBMITs waiting: the most yet");
+            tracing::debug!(in_progress = now, "BLAH commands in progress: the most yet");
         }
         self.0.set((now, most.max(now)));
         let counted = WaitingOne(self.0.clone());
@@ -426,8 +427,8 @@ impl Actor for BlahJobs {
 pub struct BlahDispatch {
     pub reqid: ReqId,
     pub command: BlahCommand,
-    /// A submit's place among those waiting for the state database (see
-    /// `Session::dispatch_blah`), given back once its command has ended.
+    /// A submit's or status's place among those in progress (see
+    /// `Session::dispatch_blah`), given back once its result is queued.
     pub place: Option<OwnedSemaphorePermit>,
 }
 

@@ -102,7 +102,7 @@ impl BlahProject {
         for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched() && !j.is_sequence()) {
             match states.get(name) {
                 Some(status) if job.boinc.as_ref() != Some(&status) => {
-                    changed.push((name.clone(), status.as_str().to_string()));
+                    changed.push((name.clone(), status.clone()));
                     job.boinc = Some(status);
                 }
                 Some(_) => {}
@@ -114,7 +114,7 @@ impl BlahProject {
                 },
             }
         }
-        self.store.write_rows("store a BOINC status", changed, |c, (j, s)| store::set_boinc_status(c, j, s));
+        self.store.write_rows("store a BOINC status", changed, |c, (j, s)| store::set_boinc_status(c, j, s.as_str()));
         for (name, why) in lost {
             let url = &self.key.url;
             let reason = if self.jobs.get(&name).is_some_and(|j| !j.recorded) {
