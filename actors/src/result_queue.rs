@@ -360,6 +360,18 @@ mod tests {
     }
 
     #[test]
+    fn lines_in_one_buffer_come_back_each_with_its_own_tail() {
+        let mut lines = ResultLines::default();
+        assert!(lines.is_empty() && lines.iter().next().is_none());
+        let body = Bytes::from_static(b" shared body");
+        for (head, tail) in [("1 a", Bytes::new()), ("2", body.clone()), ("", Bytes::new()), ("4", body.clone()), ("5 e", Bytes::new())] {
+            lines.push(head.as_bytes(), tail);
+        }
+        assert_eq!(lines.len(), 5);
+        assert_eq!(text(&lines), ["1 a", "2 shared body", "", "4 shared body", "5 e"]);
+    }
+
+    #[test]
     fn a_durable_queue_gives_again_what_was_not_taken_and_never_what_was() {
         let dir = tempfile::tempdir().unwrap();
         let db = StateDb::open(dir.path(), crate::SCHEMA).unwrap();

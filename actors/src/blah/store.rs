@@ -442,6 +442,31 @@ mod tests {
     use super::*;
 
     #[test]
+    fn rows_written_together_are_all_written_and_a_failed_row_does_not_stop_the_others() {
+        let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let store = BlahStore::new(db, Gathering::new(Duration::ZERO, 1)).unwrap();
+        actix_rt::System::new().block_on(async {
+            let jobs = store
+                .read(|c| (0..3).map(|i| claim_attempt(c, &format!("d{i}"), "k", "[ ]", None, None, "").map(|(_, _, j)| j)).collect())
+                .await
+                .unwrap();
+            let jobs: Vec<String> = jobs;
+            let mut rows: Vec<(String, &'static str)> = jobs.iter().map(|j| (j.clone(), "IN_PROGRESS")).collect();
+            rows.insert(1, ("no such job".into(), "FAIL"));
+            store.write_rows("store statuses", rows, |c, (j, s)| {
+                if *s == "FAIL" {
+                    return Err(rusqlite::Error::QueryReturnedNoRows);
+                }
+                set_boinc_status(c, j, s)
+            });
+            for job in jobs {
+                let rec = store.read(move |c| load(c, &job)).await.unwrap().unwrap();
+                assert_eq!(rec.boinc_status.as_deref(), Some("IN_PROGRESS"), "{}", rec.batch);
+            }
+        });
+    }
+
+    #[test]
     fn attempts_are_reused_while_alive_and_renewed_after_cancel() {
         let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
         db.with_conn(|c| {
