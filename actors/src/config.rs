@@ -166,7 +166,8 @@ pub struct BlahConfig {
     /// progress at once (each waits for the state database or the status
     /// cache only); while that many are, the session reads no more requests
     /// (the gridmanager's pipe holds them), so a flood of them costs memory
-    /// for this many, not for all of them.
+    /// for this many, not for all of them. (A submit the pool places is
+    /// not counted: its matchmaking may wait for the projects.)
     pub max_commands_in_progress: usize,
     /// A finished job (completed, removed, held or cancelled) is kept this
     /// long after it ended, for the gridmanager's later questions, then

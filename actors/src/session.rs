@@ -15,6 +15,7 @@ use tokio::sync::Semaphore;
 use tokio_util::codec::{Decoder, FramedRead};
 
 use crate::blah::jobs::{BlahDispatch, BlahJobs};
+use crate::blah::placement::placed_by_pool;
 use crate::broker::pool::Pool;
 use crate::broker::pools::{PoolDispatch, Pools};
 use crate::broker::sequences::PoolDispatchSequence;
@@ -55,6 +56,8 @@ pub struct Session {
     blah_places: Arc<Semaphore>,
     /// How many places there are (for the log).
     blah_places_max: usize,
+    /// The `[blah]` settings: which submits a pool places.
+    blah_config: Arc<DaemonConfig>,
     /// A client of `boinc_gahp serve`: what it may do (None: stdio).
     tenancy: Option<Tenancy>,
     /// Itself, to end itself where no context is at hand.
@@ -271,10 +274,16 @@ impl Session {
     /// the gridmanager's pipe. Both wait for nothing but the database and
     /// the status cache (never for the project), so a place frees within
     /// milliseconds whatever else is going on, and what is behind them
-    /// (RESULTS, pings, cancels) is read then. Pings and cancels, which
-    /// may wait for the project, take no place.
+    /// (RESULTS, pings, cancels) is read then. Pings, cancels and the
+    /// submits a pool places, which may wait for the projects, take no
+    /// place.
     fn dispatch_blah(&mut self, reqid: ReqId, command: BlahCommand, ctx: &mut Context<Self>) {
-        if !matches!(command, BlahCommand::JobSubmit { .. } | BlahCommand::JobStatus { .. }) {
+        let paced = match &command {
+            BlahCommand::JobSubmit { ad } => !placed_by_pool(ad, &self.blah_config.blah),
+            BlahCommand::JobStatus { .. } => true,
+            _ => false,
+        };
+        if !paced {
             self.blah.do_send(BlahDispatch { reqid, command, place: None });
             return;
         }
@@ -401,6 +410,7 @@ impl Session {
                 blah: runtime.blah.clone(),
                 blah_places: Arc::new(Semaphore::new(runtime.config.blah.max_commands_in_progress)),
                 blah_places_max: runtime.config.blah.max_commands_in_progress,
+                blah_config: runtime.config.clone(),
                 tenancy,
                 me: tenancy_some.then(|| ctx.address()),
                 ended: false,
