@@ -162,6 +162,13 @@ pub struct BlahConfig {
     pub batch_window: Duration,
     /// At most this many jobs per shared BOINC batch (1: a batch per job).
     pub batch_max_jobs: usize,
+    /// At most this many `BLAH_JOB_SUBMIT`s and `BLAH_JOB_STATUS`es are in
+    /// progress at once (each waits for the state database or the status
+    /// cache only); while that many are, the session reads no more requests
+    /// (the gridmanager's pipe holds them), so a flood of them costs memory
+    /// for this many, not for all of them. (A submit the pool places is
+    /// not counted: its matchmaking may wait for the projects.)
+    pub max_commands_in_progress: usize,
     /// A finished job (completed, removed, held or cancelled) is kept this
     /// long after it ended, for the gridmanager's later questions, then
     /// forgotten (checked while the daemon runs, every 1/24 of this, at
@@ -199,6 +206,7 @@ impl Default for BlahConfig {
             output_fetch_attempts: 5,
             batch_window: Duration::from_secs(2),
             batch_max_jobs: 1000,
+            max_commands_in_progress: 1000,
             forget_finished_after: Duration::from_secs(90 * 24 * 3600),
             config_file: None,
             pool: None,
@@ -297,6 +305,9 @@ impl DaemonConfig {
         }
         if self.blah.batch_max_jobs == 0 {
             return bad("blah.batch_max_jobs", "must be at least 1 (1: a BOINC batch per job)");
+        }
+        if self.blah.max_commands_in_progress == 0 {
+            return bad("blah.max_commands_in_progress", "must be at least 1");
         }
         if self.blah.output_fetch_attempts == 0 {
             return bad("blah.output_fetch_attempts", "must be at least 1");
@@ -417,6 +428,7 @@ mod tests {
             ("[blah]\nbatch_window_secs = -1", "batch_window_secs"),
             ("[blah]\nforget_finished_jobs_after_secs = 0", "forget_finished_jobs_after_secs"),
             ("[blah]\nbatch_max_jobs = 0", "blah.batch_max_jobs"),
+            ("[blah]\nmax_commands_in_progress = 0", "blah.max_commands_in_progress"),
             ("ping_timeout_secs = 0", "ping_timeout_secs"),
             ("log_rotation = \"weekly\"", "log_rotation"),
             ("[blah]\nproject_url = \"ftp://x/\"", "blah.project_url"),

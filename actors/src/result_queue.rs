@@ -10,7 +10,7 @@
 //! restart"). Writes go to a blocking thread in batches, one at a time and
 //! in order; the actor's thread never waits for SQLite.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -57,14 +57,49 @@ impl ResultLine {
     fn new(reqid: ReqId, result: CommandResult) -> Self {
         match result {
             CommandResult::Encoded(args) => ResultLine { head: reqid.to_string().into_bytes(), tail: args },
-            other => {
-                // Built by pushing, it may hold up to twice its length; a
-                // queue of 100,000 unread statuses holds each for long.
-                let mut head = other.encode(reqid);
-                head.shrink_to_fit();
-                ResultLine { head, tail: Bytes::new() }
-            }
+            other => ResultLine { head: other.encode(reqid), tail: Bytes::new() },
         }
+    }
+}
+
+/// Result lines, oldest first, kept compactly: every head in one buffer
+/// (a `Vec` a line costs its header and the allocator's rounding, about
+/// 60 bytes, and a gridmanager may leave 100,000 results unread), the few
+/// tails (shared bodies) beside them.
+#[derive(Default)]
+pub struct ResultLines {
+    text: Vec<u8>,
+    /// Where each line's head ends in `text`.
+    ends: Vec<usize>,
+    /// The lines that have a tail: (line, tail), in line order.
+    tails: Vec<(usize, Bytes)>,
+}
+
+impl ResultLines {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    fn push(&mut self, head: &[u8], tail: Bytes) {
+        if !tail.is_empty() {
+            self.tails.push((self.ends.len(), tail));
+        }
+        self.text.extend_from_slice(head);
+        self.ends.push(self.text.len());
+    }
+
+    /// Each line as its head and its tail.
+    pub fn iter(&self) -> impl Iterator<Item = [&[u8]; 2]> {
+        let mut tails = self.tails.iter().peekable();
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        self.ends.iter().zip(starts).enumerate().map(move |(i, (&end, start))| {
+            let tail = tails.next_if(|(line, _)| *line == i).map_or(&[][..], |(_, t)| &t[..]);
+            [&self.text[start..end], tail]
+        })
     }
 }
 
@@ -74,8 +109,10 @@ pub struct ResultQueue {
     in_flight: HashMap<ReqId, Option<SessionId>>,
     /// Result queued, not yet handed out by a RESULTS; with its session.
     queued: HashMap<ReqId, Option<SessionId>>,
-    /// Encoded result lines, oldest first, each with its sequence number.
-    ready: VecDeque<(u64, ResultLine)>,
+    /// Encoded result lines, oldest first.
+    ready: ResultLines,
+    /// The sequence number of the last of them (a durable queue's).
+    last_seq: u64,
     async_mode: bool,
     /// An `R` was written since the last RESULTS.
     notified: bool,
@@ -137,7 +174,8 @@ impl ResultQueue {
             let (seq, reqid) = (seq as u64, ReqId(reqid as u32));
             next_seq = seq + 1;
             queue.queued.insert(reqid, session.map(SessionId::from));
-            queue.ready.push_back((seq, ResultLine { head, tail: Bytes::from(tail) }));
+            queue.ready.push(&head, Bytes::from(tail));
+            queue.last_seq = seq;
         }
         if !queue.ready.is_empty() {
             tracing::info!(results = queue.ready.len(), "results left unread before a restart are queued again");
@@ -285,16 +323,13 @@ impl Handler<Complete> for ResultQueue {
         };
         self.queued.insert(msg.reqid, session.clone());
         let line = ResultLine::new(msg.reqid, msg.result);
-        let seq = match &mut self.store {
-            Some(store) => {
-                let seq = store.next_seq;
-                store.next_seq += 1;
-                store.pending.push(Op::Put { seq, reqid: msg.reqid, session, head: line.head.clone(), tail: line.tail.clone() });
-                seq
-            }
-            None => 0,
-        };
-        self.ready.push_back((seq, line));
+        self.ready.push(&line.head, line.tail.clone());
+        if let Some(store) = &mut self.store {
+            let seq = store.next_seq;
+            store.next_seq += 1;
+            self.last_seq = seq;
+            store.pending.push(Op::Put { seq, reqid: msg.reqid, session, head: line.head, tail: line.tail });
+        }
         self.write_pending(ctx);
         self.maybe_notify();
     }
@@ -304,25 +339,27 @@ impl Handler<Complete> for ResultQueue {
 /// queue answers once their deletion is committed: a line is never handed
 /// out while a restart could queue it again.
 #[derive(Message)]
-#[rtype(result = "Vec<ResultLine>")]
+#[rtype(result = "ResultLines")]
 pub struct Drain;
 
 impl Handler<Drain> for ResultQueue {
-    type Result = ResponseFuture<Vec<ResultLine>>;
+    type Result = ResponseFuture<ResultLines>;
     fn handle(&mut self, _: Drain, ctx: &mut Context<Self>) -> Self::Result {
         self.notified = false;
         self.queued.clear();
-        let taken: Vec<(u64, ResultLine)> = self.ready.drain(..).collect();
+        let lines = std::mem::take(&mut self.ready);
         let Some(store) = &mut self.store else {
-            return Box::pin(std::future::ready(taken.into_iter().map(|(_, l)| l).collect()));
+            return Box::pin(std::future::ready(lines));
         };
+        if lines.is_empty() {
+            return Box::pin(std::future::ready(lines));
+        }
         // Every line up to the last taken is taken: those whose Put has not
         // gone to the writer yet are simply not stored, the rest deleted.
-        let Some(last) = taken.last().map(|(seq, _)| *seq) else { return Box::pin(std::future::ready(Vec::new())) };
+        let last = self.last_seq;
         let before = store.pending.len();
         store.pending.retain(|op| !matches!(op, Op::Put { seq, .. } if *seq <= last));
         let unsent = before - store.pending.len();
-        let lines: Vec<ResultLine> = taken.into_iter().map(|(_, l)| l).collect();
         if unsent == lines.len() {
             return Box::pin(std::future::ready(lines));
         }
@@ -357,8 +394,8 @@ impl Handler<SetAsync> for ResultQueue {
 mod tests {
     use super::*;
 
-    fn text(lines: &[ResultLine]) -> Vec<String> {
-        lines.iter().map(|l| format!("{}{}", String::from_utf8_lossy(&l.head), String::from_utf8_lossy(&l.tail))).collect()
+    fn text(lines: &ResultLines) -> Vec<String> {
+        lines.iter().map(|[head, tail]| format!("{}{}", String::from_utf8_lossy(head), String::from_utf8_lossy(tail))).collect()
     }
 
     async fn complete(q: &Addr<ResultQueue>, ids: std::ops::RangeInclusive<u32>) {
@@ -370,6 +407,18 @@ mod tests {
 
     fn stored(db: &StateDb) -> i64 {
         db.with_conn(|c| c.query_row("SELECT count(*) FROM unread_results", [], |r| r.get(0))).unwrap()
+    }
+
+    #[test]
+    fn lines_in_one_buffer_come_back_each_with_its_own_tail() {
+        let mut lines = ResultLines::default();
+        assert!(lines.is_empty() && lines.iter().next().is_none());
+        let body = Bytes::from_static(b" shared body");
+        for (head, tail) in [("1 a", Bytes::new()), ("2", body.clone()), ("", Bytes::new()), ("4", body.clone()), ("5 e", Bytes::new())] {
+            lines.push(head.as_bytes(), tail);
+        }
+        assert_eq!(lines.len(), 5);
+        assert_eq!(text(&lines), ["1 a", "2 shared body", "", "4 shared body", "5 e"]);
     }
 
     #[test]
@@ -396,7 +445,7 @@ mod tests {
             let lines = again.send(Drain).await.unwrap();
             assert_eq!(text(&lines), ["4 r4", "5 r5"]);
             assert_eq!(stored(&db), 0);
-            assert!(text(&ResultQueue::durable(db.clone()).unwrap().ready.into_iter().map(|(_, l)| l).collect::<Vec<_>>()).is_empty());
+            assert!(text(&ResultQueue::durable(db.clone()).unwrap().ready).is_empty());
         });
     }
 

@@ -4,15 +4,18 @@
 //! it is written).
 
 use std::io::{self, Write};
+use std::sync::Arc;
 
 use actix::prelude::*;
 use bytes::BytesMut;
 use futures_util::Stream;
-use gahp_protocol::gahp::{self, Frame, LineFramer, ReqId, Request, ReturnLine};
+use gahp_protocol::gahp::{self, BlahCommand, Frame, LineFramer, ReqId, Request, ReturnLine};
 use tokio::io::AsyncRead;
+use tokio::sync::Semaphore;
 use tokio_util::codec::{Decoder, FramedRead};
 
 use crate::blah::jobs::{BlahDispatch, BlahJobs};
+use crate::blah::placement::placed_by_pool;
 use crate::broker::pool::Pool;
 use crate::broker::pools::{PoolDispatch, Pools};
 use crate::broker::sequences::PoolDispatchSequence;
@@ -47,6 +50,14 @@ pub struct Session {
     queue: Addr<ResultQueue>,
     projects: Addr<Projects>,
     blah: Addr<BlahJobs>,
+    /// A place for each `BLAH_JOB_SUBMIT` and `BLAH_JOB_STATUS` until its
+    /// result is queued (`[blah] max_commands_in_progress`): with none
+    /// free, nothing more is read.
+    blah_places: Arc<Semaphore>,
+    /// How many places there are (for the log).
+    blah_places_max: usize,
+    /// The `[blah]` settings: which submits a pool places.
+    blah_config: Arc<DaemonConfig>,
     /// A client of `boinc_gahp serve`: what it may do (None: stdio).
     tenancy: Option<Tenancy>,
     /// The id a reconnecting client presents on each of its connections:
@@ -181,8 +192,7 @@ impl Session {
                 ctx.wait(self.queue.send(Drain).into_actor(self).map(|lines, act, _| {
                     let lines = lines.unwrap_or_default();
                     let header = ReturnLine::ResultsHeader(lines.len()).encode();
-                    let lines = lines.iter().map(|l| [l.head.as_slice(), &l.tail[..]]);
-                    act.write_lines(std::iter::once([header.as_slice(), &[][..]]).chain(lines));
+                    act.write_lines(std::iter::once([header.as_slice(), &[][..]]).chain(lines.iter()));
                 }));
             }
             Request::AsyncModeOn | Request::AsyncModeOff => {
@@ -226,32 +236,32 @@ impl Session {
             Request::Async { reqid, command } => {
                 // Bind the command to the project selected now (invariant 4).
                 if let Some(pool) = self.pool.clone() {
-                    self.accept(reqid, ctx, move |act| act.pools.do_send(PoolDispatch { reqid, pool, command }));
+                    self.accept(reqid, ctx, move |act, _| act.pools.do_send(PoolDispatch { reqid, pool, command }));
                     return;
                 }
                 let project = self.current.clone();
-                self.accept(reqid, ctx, move |act| act.projects.do_send(Dispatch { reqid, project, command }));
+                self.accept(reqid, ctx, move |act, _| act.projects.do_send(Dispatch { reqid, project, command }));
             }
-            Request::Blah { reqid, command } => self.accept(reqid, ctx, move |act| act.blah.do_send(BlahDispatch { reqid, command })),
+            Request::Blah { reqid, command } => self.accept(reqid, ctx, move |act, ctx| act.dispatch_blah(reqid, command, ctx)),
             Request::Sequence { reqid, command } => {
                 if let Some(pool) = self.pool.clone() {
-                    self.accept(reqid, ctx, move |act| act.pools.do_send(PoolDispatchSequence { reqid, pool, command }));
+                    self.accept(reqid, ctx, move |act, _| act.pools.do_send(PoolDispatchSequence { reqid, pool, command }));
                     return;
                 }
                 let project = self.current.clone();
-                self.accept(reqid, ctx, move |act| act.projects.do_send(DispatchSequence { reqid, project, command }));
+                self.accept(reqid, ctx, move |act, _| act.projects.do_send(DispatchSequence { reqid, project, command }));
             }
         }
     }
 
     /// Registers the request id: `S` and `dispatch` if it is new; `S` only
     /// if this session sent it before (again after a dropped link); else `E`.
-    fn accept(&mut self, reqid: ReqId, ctx: &mut Context<Self>, dispatch: impl FnOnce(&mut Self) + 'static) {
+    fn accept(&mut self, reqid: ReqId, ctx: &mut Context<Self>, dispatch: impl FnOnce(&mut Self, &mut Context<Self>) + 'static) {
         let accept = Accept { reqid, session: self.resumable.clone() };
-        ctx.wait(self.queue.send(accept).into_actor(self).map(move |accepted, act, _| match accepted.unwrap_or(Accepted::Busy) {
+        ctx.wait(self.queue.send(accept).into_actor(self).map(move |accepted, act, ctx| match accepted.unwrap_or(Accepted::Busy) {
             Accepted::New => {
                 act.reply(ReturnLine::Success);
-                dispatch(act);
+                dispatch(act, ctx);
             }
             Accepted::Again => {
                 tracing::info!(reqid = reqid.0, "request sent again after a reconnection: already accepted, not run again");
@@ -261,6 +271,41 @@ impl Session {
                 tracing::warn!(reqid = reqid.0, "request id already pending");
                 act.reply(ReturnLine::Error);
             }
+        }));
+    }
+}
+
+impl Session {
+    /// Hands a `BLAH_*` command on; a submit or a status takes a place
+    /// among those in progress. With every place taken, the session waits
+    /// for one before it reads anything more: a flood of them is paced by
+    /// the state database (each submit in progress holds its task, its ad's
+    /// text and its queued write; each status its task), the rest waits in
+    /// the gridmanager's pipe. Both wait for nothing but the database and
+    /// the status cache (never for the project), so a place frees within
+    /// milliseconds whatever else is going on, and what is behind them
+    /// (RESULTS, pings, cancels) is read then. Pings, cancels and the
+    /// submits a pool places, which may wait for the projects, take no
+    /// place.
+    fn dispatch_blah(&mut self, reqid: ReqId, command: BlahCommand, ctx: &mut Context<Self>) {
+        let paced = match &command {
+            BlahCommand::JobSubmit { ad } => !placed_by_pool(ad, &self.blah_config.blah),
+            BlahCommand::JobStatus { .. } => true,
+            _ => false,
+        };
+        if !paced {
+            self.blah.do_send(BlahDispatch { reqid, command, place: None });
+            return;
+        }
+        if let Ok(place) = self.blah_places.clone().try_acquire_owned() {
+            self.blah.do_send(BlahDispatch { reqid, command, place: Some(place) });
+            return;
+        }
+        tracing::debug!(places = self.blah_places_max, "reading paused: every place of a BLAH_JOB_SUBMIT or BLAH_JOB_STATUS is taken");
+        let places = self.blah_places.clone();
+        // The semaphore is never closed: `None` only if that changes.
+        ctx.wait(async move { places.acquire_owned().await.ok() }.into_actor(self).map(move |place, act, _| {
+            act.blah.do_send(BlahDispatch { reqid, command, place });
         }));
     }
 }
@@ -375,6 +420,9 @@ impl Session {
                 queue: runtime.queue.clone(),
                 projects: runtime.projects.clone(),
                 blah: runtime.blah.clone(),
+                blah_places: Arc::new(Semaphore::new(runtime.config.blah.max_commands_in_progress)),
+                blah_places_max: runtime.config.blah.max_commands_in_progress,
+                blah_config: runtime.config.clone(),
                 tenancy,
                 resumable,
                 me: tenancy_some.then(|| ctx.address()),

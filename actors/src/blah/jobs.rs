@@ -9,9 +9,11 @@
 //! or one a job named, remembered by key), and hands the job to that
 //! project's `BlahProject`.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +22,7 @@ use futures_util::future::LocalBoxFuture;
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::{BlahCommand, BlahResult, CommandResult, ReqId};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
 use crate::blah::map::{self, JobId, MapError, UNCONFIGURED};
 use crate::blah::outputs::held_ad;
@@ -45,6 +47,8 @@ pub struct BlahJobs {
     /// Projects jobs were submitted to: key -> (URL, authenticator file).
     known: HashMap<String, (String, PathBuf)>,
     running: HashMap<String, Addr<BlahProject>>,
+    /// Submits and statuses in progress (a trace of the pacing).
+    waiting: Waiting,
 }
 
 impl BlahJobs {
@@ -56,7 +60,17 @@ impl BlahJobs {
         store: BlahStore,
         pools: Addr<Pools>,
     ) -> Self {
-        BlahJobs { config, queue, projects, stager, store, pools, known: HashMap::new(), running: HashMap::new() }
+        BlahJobs {
+            config,
+            queue,
+            projects,
+            stager,
+            store,
+            pools,
+            known: HashMap::new(),
+            running: HashMap::new(),
+            waiting: Waiting::default(),
+        }
     }
 
     /// The actor of a project key, started on first use. Err: a hold
@@ -287,6 +301,44 @@ fn prune_period(retention: Duration) -> Duration {
 /// The work of one command, run as a task of its own.
 type Work = LocalBoxFuture<'static, BlahResult>;
 
+/// How many submits and statuses (those with a place, see
+/// `Session::dispatch_blah`) are between their dispatch and their result,
+/// and the most there have been: a debug line at each new most, which tests read
+/// to see the session's pacing hold.
+#[derive(Default, Clone)]
+struct Waiting(Rc<Cell<(usize, usize)>>);
+
+impl Waiting {
+    /// `work`, counted while it runs (and until it is dropped) if `counted`.
+    fn count(&self, counted: bool, work: Work) -> Work {
+        if !counted {
+            return work;
+        }
+        let (now, most) = self.0.get();
+        let now = now + 1;
+        if now > most {
+            tracing::debug!(in_progress = now, "BLAH commands in progress: the most yet");
+        }
+        self.0.set((now, most.max(now)));
+        let counted = WaitingOne(self.0.clone());
+        Box::pin(async move {
+            let result = work.await;
+            drop(counted);
+            result
+        })
+    }
+}
+
+/// One counted submit: uncounted when dropped (a timed-out one too).
+struct WaitingOne(Rc<Cell<(usize, usize)>>);
+
+impl Drop for WaitingOne {
+    fn drop(&mut self) {
+        let (now, most) = self.0.get();
+        self.0.set((now.saturating_sub(1), most));
+    }
+}
+
 /// A submitted job as its attempt is recorded: its `JobDirectory`, its ad,
 /// the key of the batches it may share, its BOINC names' prefix.
 struct Submitted {
@@ -375,13 +427,16 @@ impl Actor for BlahJobs {
 pub struct BlahDispatch {
     pub reqid: ReqId,
     pub command: BlahCommand,
+    /// A submit's or status's place among those in progress (see
+    /// `Session::dispatch_blah`), given back once its result is queued.
+    pub place: Option<OwnedSemaphorePermit>,
 }
 
 impl Handler<BlahDispatch> for BlahJobs {
     type Result = ();
 
     fn handle(&mut self, msg: BlahDispatch, ctx: &mut Context<Self>) {
-        let BlahDispatch { reqid, command } = msg;
+        let BlahDispatch { reqid, command, place } = msg;
         // The project actors bound their own work; this is the net under
         // it, so that a result comes even if something hangs.
         let limit = self.config.command_timeout + Duration::from_secs(15);
@@ -391,6 +446,7 @@ impl Handler<BlahDispatch> for BlahJobs {
             _ => None,
         };
         let work = self.work(&command, ctx);
+        let work = self.waiting.count(place.is_some(), work);
         // The task keeps only the command's kind, for a failure's shape: a
         // submit's parsed ad is about 1 KB, held by each of 100,000
         // submits waiting for the state database.
@@ -407,6 +463,7 @@ impl Handler<BlahDispatch> for BlahJobs {
                 .unwrap_or_else(|_| command.failure(format!("{} timed out after {} s", command.code(), limit.as_secs())));
             let ended = matches!(result, BlahResult::Status { code: 0, status: job_status::REMOVED | job_status::COMPLETED, .. });
             queue.do_send(Complete { reqid, result: CommandResult::Blah(result) });
+            drop(place);
             if let Some((project, id)) = retire.filter(|_| ended) {
                 project.do_send(Delivered { id });
             }

@@ -10,14 +10,20 @@ use crate::blah::{map, sequence};
 use crate::broker::pools::PlaceJob;
 use crate::config::BlahConfig;
 
+/// Whether the pool places this job: a pool is configured and the job
+/// names no project of its own.
+pub fn placed_by_pool(ad: &ClassAd, cfg: &BlahConfig) -> bool {
+    let named = |n: &str| ad.get_str(n).is_some_and(|v| !v.trim().is_empty());
+    cfg.pool.is_some() && !named("BoincProjectUrl") && !named("BoincAuthenticatorFile")
+}
+
 /// The placement a BLAH job asks for: `None` when no pool is configured
 /// or the job names its own project.
 pub fn pool_placement(ad: &ClassAd, cfg: &BlahConfig) -> Option<PlaceJob> {
-    let pool = cfg.pool.clone()?;
-    let named = |n: &str| ad.get_str(n).is_some_and(|v| !v.trim().is_empty());
-    if named("BoincProjectUrl") || named("BoincAuthenticatorFile") {
+    if !placed_by_pool(ad, cfg) {
         return None;
     }
+    let pool = cfg.pool.clone()?;
     let iwd = PathBuf::from(ad.get_str("Iwd").unwrap_or(""));
     let inputs = ad
         .get_str("TransferInput")

@@ -111,6 +111,29 @@ impl BlahStore {
         }
     }
 
+    /// Queues one write of many rows (a batch's members, a refresh's
+    /// statuses), in one transaction: a row whose write fails is logged
+    /// and the others are written.
+    pub fn write_rows<T: Send + 'static>(
+        &self,
+        what: &'static str,
+        rows: Vec<T>,
+        f: impl Fn(&Connection, &T) -> rusqlite::Result<()> + Send + 'static,
+    ) {
+        if rows.is_empty() {
+            return;
+        }
+        self.write(what, move |c| {
+            let tx = c.transaction()?;
+            for row in &rows {
+                if let Err(e) = f(&tx, row) {
+                    tracing::warn!("state database: can't {what}: {e}");
+                }
+            }
+            tx.commit()
+        });
+    }
+
     /// Runs a query after every write queued so far.
     pub async fn read<T: Send + 'static>(
         &self,
@@ -338,7 +361,7 @@ pub fn load_ads(c: &mut Connection, jobs: &[String]) -> rusqlite::Result<Vec<Opt
 
 /// Moves a job on; a cancelled job stays cancelled (a late submission or
 /// delivery must not revive it).
-pub fn set_phase(c: &mut Connection, batch: &str, phase: Phase, status: Option<i32>, final_ad: Option<String>) -> rusqlite::Result<()> {
+pub fn set_phase(c: &Connection, batch: &str, phase: Phase, status: Option<i32>, final_ad: Option<String>) -> rusqlite::Result<()> {
     c.prepare_cached(
         "UPDATE blah_jobs SET phase = ?2, status = ?3, final_ad = ?4, updated = ?5 WHERE batch = ?1 AND phase != 'cancelled'",
     )?
@@ -346,12 +369,12 @@ pub fn set_phase(c: &mut Connection, batch: &str, phase: Phase, status: Option<i
     Ok(())
 }
 
-pub fn set_boinc_status(c: &mut Connection, batch: &str, status: &str) -> rusqlite::Result<()> {
+pub fn set_boinc_status(c: &Connection, batch: &str, status: &str) -> rusqlite::Result<()> {
     c.prepare_cached("UPDATE blah_jobs SET boinc_status = ?2 WHERE batch = ?1")?.execute(params![batch, status])?;
     Ok(())
 }
 
-pub fn set_lease(c: &mut Connection, batch: &str, until: f64) -> rusqlite::Result<()> {
+pub fn set_lease(c: &Connection, batch: &str, until: f64) -> rusqlite::Result<()> {
     c.prepare_cached("UPDATE blah_jobs SET lease_until = ?2 WHERE batch = ?1")?.execute(params![batch, until])?;
     Ok(())
 }
@@ -427,6 +450,31 @@ fn forgotten_attempts(c: &Connection) -> rusqlite::Result<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_written_together_are_all_written_and_a_failed_row_does_not_stop_the_others() {
+        let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let store = BlahStore::new(db, Gathering::new(Duration::ZERO, 1)).unwrap();
+        actix_rt::System::new().block_on(async {
+            let jobs = store
+                .read(|c| (0..3).map(|i| claim_attempt(c, &format!("d{i}"), "k", "[ ]", None, None, "").map(|(_, _, j)| j)).collect())
+                .await
+                .unwrap();
+            let jobs: Vec<String> = jobs;
+            let mut rows: Vec<(String, &'static str)> = jobs.iter().map(|j| (j.clone(), "IN_PROGRESS")).collect();
+            rows.insert(1, ("no such job".into(), "FAIL"));
+            store.write_rows("store statuses", rows, |c, (j, s)| {
+                if *s == "FAIL" {
+                    return Err(rusqlite::Error::QueryReturnedNoRows);
+                }
+                set_boinc_status(c, j, s)
+            });
+            for job in jobs {
+                let rec = store.read(move |c| load(c, &job)).await.unwrap().unwrap();
+                assert_eq!(rec.boinc_status.as_deref(), Some("IN_PROGRESS"), "{}", rec.batch);
+            }
+        });
+    }
 
     #[test]
     fn attempts_are_reused_while_alive_and_renewed_after_cancel() {

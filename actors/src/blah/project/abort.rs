@@ -25,7 +25,7 @@ impl BlahProject {
         let auth = self.auth().clone();
         let deadline = Instant::now() + self.config.rpc_timeout;
         let j = job.clone();
-        let stop = self.jobs.get(&job).and_then(Job::sequence_name);
+        let stop = self.jobs.get(job.as_str()).and_then(Job::sequence_name);
         let is_sequence = stop.is_some();
         let work: LocalBoxFuture<'static, Result<(), String>> = match (stop, self.sequences.clone()) {
             // A sequence is stopped, not aborted: its live step is aborted,
@@ -51,13 +51,13 @@ impl BlahProject {
         };
         self.run(ctx, work, move |act, r, ctx| {
             let pending = r.is_err();
-            let batch = act.jobs.get(&job).map(|j| j.batch.to_string());
+            let batch = act.jobs.get(job.as_str()).map(|j| j.batch.to_string());
             if let Err(e) = r {
                 tracing::warn!(job = %job, "the abort did not reach the project yet, retrying later: {e}");
                 act.aborts.insert(job.clone());
             } else {
                 act.aborts.remove(&job);
-                act.jobs.remove(&job);
+                act.jobs.remove(job.as_str());
             }
             let j = job.clone();
             act.store.write("store an abort", move |c| {

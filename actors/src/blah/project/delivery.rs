@@ -135,7 +135,7 @@ impl BlahProject {
 
     fn resolve_with(&mut self, batch: String, ad: Option<ClassAd>, ctx: &mut Context<Self>) {
         let Some(rpc) = self.rpc.clone() else { return };
-        let Some(job) = self.jobs.get_mut(&batch) else { return };
+        let Some(job) = self.jobs.get_mut(batch.as_str()) else { return };
         job.busy = true;
         let (key, boinc_batch) = (self.key.clone(), job.batch.to_string());
         let deadline = Instant::now() + self.config.command_timeout;

@@ -58,7 +58,7 @@ impl Handler<Cancel> for BlahProject {
         let Cancel { id, reply } = msg;
         let batch = id.job.clone();
         Box::pin(self.load(id).map(move |(), act, ctx| {
-            let Some(job) = act.jobs.get_mut(&batch) else { return };
+            let Some(job) = act.jobs.get_mut(batch.as_str()) else { return };
             let submitting = job.phase == Phase::Submitting && job.busy;
             job.phase = Phase::Cancelled;
             if submitting {
@@ -83,7 +83,7 @@ impl Handler<Delivered> for BlahProject {
     type Result = ();
     fn handle(&mut self, msg: Delivered, ctx: &mut Context<Self>) {
         let name = msg.id.job;
-        let Some(job) = self.jobs.get_mut(&name) else { return };
+        let Some(job) = self.jobs.get_mut(name.as_str()) else { return };
         if job.retired || !matches!(job.final_status.as_deref(), Some((job_status::REMOVED | job_status::COMPLETED, _))) {
             return;
         }
@@ -91,7 +91,7 @@ impl Handler<Delivered> for BlahProject {
         let batch = job.batch.to_string();
         let is_sequence = job.is_sequence();
         // Answered from the state database if ever asked again.
-        self.jobs.remove(&name);
+        self.jobs.remove(name.as_str());
         self.store.write("store a delivery", move |c| store::set_retired(c, &name));
         if !is_sequence {
             self.retire_if_done(batch, ctx);

@@ -108,8 +108,8 @@ pub struct BlahProject {
     rpc: Option<Addr<RpcClient>>,
     /// The project's work sequences (sequence jobs run there); as `rpc`.
     sequences: Option<Addr<SequenceRelocator>>,
-    /// By BOINC job name.
-    jobs: HashMap<String, Job>,
+    /// By BOINC job name (a `Box<str>`: 8 bytes a job less than a `String`).
+    jobs: HashMap<Box<str>, Job>,
     /// The BOINC batch names of `jobs`, one copy each.
     batch_names: BatchNames,
     /// Batches gathering jobs or being submitted.
@@ -138,7 +138,8 @@ struct Job {
     /// only what its status needs. `false` for a job known only by its id.
     recorded: bool,
     /// Its ad is a work sequence's: the sequence's name.
-    sequence: Option<Box<str>>,
+    /// Boxed twice (a thin pointer): most jobs are not sequences.
+    sequence: Option<Box<Box<str>>>,
     /// The HTCondor job (`<cluster>.<proc>`), for the log line of a hold.
     condor_job: Option<(u32, u32)>,
     phase: Phase,
@@ -159,23 +160,25 @@ struct Job {
 /// this daemon does not know is kept as it came).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum BoincStatus {
-    Known(&'static str),
-    Other(Box<str>),
+    /// One of [`BoincStatus::KNOWN`], by its index.
+    Known(u8),
+    /// Boxed twice (a thin pointer), so that a job's status is 16 bytes.
+    Other(Box<Box<str>>),
 }
 
 impl BoincStatus {
     const KNOWN: [&'static str; 5] = ["UNSENT", "IN_PROGRESS", "DONE", "ERROR", "ABORTED"];
 
     fn of(text: &str) -> BoincStatus {
-        match BoincStatus::KNOWN.iter().find(|k| **k == text) {
-            Some(k) => BoincStatus::Known(k),
-            None => BoincStatus::Other(text.into()),
+        match BoincStatus::KNOWN.iter().position(|k| *k == text) {
+            Some(k) => BoincStatus::Known(k as u8),
+            None => BoincStatus::Other(Box::new(text.into())),
         }
     }
 
     fn as_str(&self) -> &str {
         match self {
-            BoincStatus::Known(k) => k,
+            BoincStatus::Known(k) => BoincStatus::KNOWN.get(usize::from(*k)).copied().unwrap_or_default(),
             BoincStatus::Other(t) => t,
         }
     }
@@ -196,7 +199,7 @@ impl Job {
         });
         let sequence = parsed.as_ref().filter(|ad| sequence::is_sequence(ad)).map(|ad| {
             // A sequence whose name can't be read is answered as a plain job.
-            sequence::sequence_name(ad, prefix).unwrap_or_default().into_boxed_str()
+            Box::new(sequence::sequence_name(ad, prefix).unwrap_or_default().into_boxed_str())
         });
         let condor_job = parsed.as_ref().and_then(map::condor_job_id).and_then(|id| condor_numbers(&id));
         let final_ad = rec.final_ad.as_deref().and_then(|t| ClassAd::parse(t).ok());
@@ -254,7 +257,7 @@ impl Job {
 
     /// Its sequence's name, if it is a sequence job.
     fn sequence_name(&self) -> Option<String> {
-        self.sequence.as_deref().filter(|n| !n.is_empty()).map(String::from)
+        self.sequence.as_deref().filter(|n| !n.is_empty()).map(|n| n.to_string())
     }
 
     /// `<cluster>.<proc>` of its HTCondor job, or `unknown`.
@@ -358,13 +361,13 @@ impl BlahProject {
 
     /// Brings a job into memory from the state database if needed.
     pub(super) fn load(&mut self, id: JobId) -> ResponseActFuture<Self, ()> {
-        if self.jobs.contains_key(&id.job) {
+        if self.jobs.contains_key(id.job.as_str()) {
             return Box::pin(fut::ready(()));
         }
         let (store, j) = (self.store.clone(), id.job.clone());
         Box::pin(async move { store.read(move |c| store::load(c, &j)).await }.into_actor(self).map(move |rec, act, ctx| {
             let JobId { batch, job: name, .. } = id;
-            if act.jobs.contains_key(&name) {
+            if act.jobs.contains_key(name.as_str()) {
                 return;
             }
             let job = match rec {
@@ -380,7 +383,7 @@ impl BlahProject {
                     Job::unknown(&batch, &mut act.batch_names)
                 }
             };
-            act.jobs.insert(name.clone(), job);
+            act.jobs.insert(name.as_str().into(), job);
             act.advance(&name, ctx);
         }))
     }
@@ -527,7 +530,7 @@ mod job_tests {
     fn a_job_in_memory_is_small() {
         // What a job in flight costs besides its name (the map's key): no
         // submit ad, its batch name shared.
-        assert!(std::mem::size_of::<Job>() <= 112, "{}", std::mem::size_of::<Job>());
+        assert!(std::mem::size_of::<Job>() <= 96, "{}", std::mem::size_of::<Job>());
     }
 
     #[test]

@@ -50,7 +50,7 @@ impl BlahProject {
 
     /// A status: a running sequence job's from its sequence, else `status`.
     pub(super) fn answer(&mut self, job: String, ctx: &mut Context<Self>) -> ResponseActFuture<Self, BlahResult> {
-        let name = self.jobs.get(&job).filter(|j| j.watched()).and_then(Job::sequence_name);
+        let name = self.jobs.get(job.as_str()).filter(|j| j.watched()).and_then(Job::sequence_name);
         match (name, self.sequences.clone()) {
             (Some(name), Some(relocator)) => Box::pin(
                 async move { relocator.send(QueryStarted { name }).await }
@@ -98,11 +98,11 @@ impl BlahProject {
         let BatchStates { states, answered, finished, gone } = states;
         let gone: HashMap<String, String> = gone.into_iter().collect();
         let mut lost = Vec::new();
+        let mut changed = Vec::new();
         for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched() && !j.is_sequence()) {
             match states.get(name) {
                 Some(status) if job.boinc.as_ref() != Some(&status) => {
-                    let (j, s) = (name.clone(), status.as_str().to_string());
-                    self.store.write("store a BOINC status", move |c| store::set_boinc_status(c, &j, &s));
+                    changed.push((name.clone(), status.clone()));
                     job.boinc = Some(status);
                 }
                 Some(_) => {}
@@ -114,6 +114,7 @@ impl BlahProject {
                 },
             }
         }
+        self.store.write_rows("store a BOINC status", changed, |c, (j, s)| store::set_boinc_status(c, j, s.as_str()));
         for (name, why) in lost {
             let url = &self.key.url;
             let reason = if self.jobs.get(&name).is_some_and(|j| !j.recorded) {
@@ -133,13 +134,13 @@ impl BlahProject {
             .filter(|(_, j)| j.watched() && !j.busy)
             .filter_map(|(b, j)| j.boinc.as_ref().map(|s| (b, s.as_str())))
             .filter(|(_, s)| matches!(*s, "DONE" | "ERROR"))
-            .map(|(b, s)| (b.clone(), s.to_string()))
+            .map(|(b, s)| (b.to_string(), s.to_string()))
             .collect();
         // DONE jobs by BOINC batch: several of one batch may share its zip.
         let mut done: HashMap<String, Vec<String>> = HashMap::new();
         for (job, status) in todo {
             match status.as_str() {
-                "DONE" => match self.jobs.get(&job) {
+                "DONE" => match self.jobs.get(job.as_str()) {
                     Some(j) if j.recorded => done.entry(j.batch.to_string()).or_default().push(job),
                     _ => self.deliver(job, ctx),
                 },
@@ -280,9 +281,9 @@ impl JobStates {
         match self.statuses[job as usize] {
             JobStates::OTHER => {
                 let at = self.others.binary_search_by_key(&job, |(j, _)| *j).ok()?;
-                Some(BoincStatus::Other(self.others[at].1.clone()))
+                Some(BoincStatus::Other(Box::new(self.others[at].1.clone())))
             }
-            known => BoincStatus::KNOWN.get(known as usize).map(|k| BoincStatus::Known(k)),
+            known => BoincStatus::KNOWN.get(usize::from(known)).map(|_| BoincStatus::Known(known)),
         }
     }
 

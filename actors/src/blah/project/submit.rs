@@ -52,14 +52,14 @@ impl BlahProject {
         for rec in records {
             let name = rec.batch.clone();
             // The submit ad comes with the record (a job in memory keeps none).
-            let (job, ad) = match self.jobs.get_mut(&name) {
+            let (job, ad) = match self.jobs.get_mut(name.as_str()) {
                 Some(job) => {
                     let ad = Some(rec.ad.as_str()).filter(|_| job.recorded).and_then(|t| ClassAd::parse(t).ok());
                     (job, ad)
                 }
                 None => {
                     let (job, ad) = Job::from_record_with_ad(rec, &mut self.batch_names, &self.config.blah.name_prefix);
-                    (self.jobs.entry(name.clone()).or_insert(job), ad)
+                    (self.jobs.entry(name.as_str().into()).or_insert(job), ad)
                 }
             };
             // Cancelled since the database said otherwise.
@@ -162,8 +162,9 @@ impl BlahProject {
             Ok(members) => {
                 self.submitting.remove(&batch);
                 let until = unix_now() + self.config.blah.lease.as_secs_f64();
+                let mut submitted = Vec::with_capacity(members.len());
                 for name in members {
-                    let Some(job) = self.jobs.get_mut(&name) else { continue };
+                    let Some(job) = self.jobs.get_mut(name.as_str()) else { continue };
                     job.busy = false;
                     if job.phase == Phase::Cancelled {
                         // Cancelled while it was being submitted: abort it now.
@@ -173,21 +174,21 @@ impl BlahProject {
                     job.phase = Phase::Active;
                     // Created with the lease as its expiry (see pipeline_config).
                     job.lease_until = until;
-                    let j = name.clone();
-                    self.store.write("store a submission", move |c| {
-                        store::set_phase(c, &j, Phase::Active, None, None)?;
-                        store::set_lease(c, &j, until)
-                    });
+                    submitted.push(name);
                 }
+                self.store.write_rows("store a submission", submitted, move |c, j| {
+                    store::set_phase(c, j, Phase::Active, None, None)?;
+                    store::set_lease(c, j, until)
+                });
                 tracing::info!(batch = %batch, project = %self.key.url, "submitted to BOINC");
             }
             Err((members, why)) => {
                 let timeout = self.config.blah.submit_timeout;
-                let waiting = members.iter().filter_map(|n| self.jobs.get(n)).filter_map(|j| j.submitting_since).min();
+                let waiting = members.iter().filter_map(|n| self.jobs.get(n.as_str())).filter_map(|j| j.submitting_since).min();
                 if why.project_down() && waiting.is_some_and(|t| t.elapsed() < timeout) {
                     tracing::info!(batch = %batch, "the project is down for maintenance; submitting again later: {}", self.auth().redact_in(&why.to_string()));
                     for name in &members {
-                        if let Some(job) = self.jobs.get_mut(name) {
+                        if let Some(job) = self.jobs.get_mut(name.as_str()) {
                             job.busy = false;
                         }
                     }

@@ -81,11 +81,12 @@ impl BlahProject {
         self.run(ctx, leases, move |act, renewed, _| {
             act.upkeep_running = false;
             let renewed: HashSet<String> = renewed.into_iter().collect();
+            let mut leased = Vec::new();
             for (name, j) in act.jobs.iter_mut().filter(|(_, j)| renewed.contains(&*j.batch)) {
                 j.lease_until = now + lease;
-                let name = name.clone();
-                act.store.write("store a lease", move |c| store::set_lease(c, &name, now + lease));
+                leased.push(name.clone());
             }
+            act.store.write_rows("store a lease", leased, move |c, name| store::set_lease(c, name, now + lease));
         });
     }
 }
