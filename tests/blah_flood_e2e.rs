@@ -171,7 +171,18 @@ fn a_submit_flood_is_paced_and_every_command_behind_it_is_answered_once() {
         .max()
         .expect("the log counts the commands in progress");
     let pauses = log.matches("reading paused").count();
-    eprintln!("at most {most} commands were in progress at once ({PLACES} places); the reading paused {pauses} times");
+    // While the places are all taken the session reads nothing more: one
+    // command waits for a place, the rest of the flood stays in the pipe.
+    let read_unplaced = log
+        .lines()
+        .filter(|l| l.contains("BLAH commands read with every place taken: the most yet"))
+        .filter_map(|l| l.split("read=").nth(1)?.split_whitespace().next()?.parse::<usize>().ok())
+        .max()
+        .unwrap_or(0);
+    eprintln!(
+        "at most {most} commands were in progress at once ({PLACES} places), {read_unplaced} read while every place was taken; the reading paused {pauses} times"
+    );
     assert!(most <= PLACES, "{most} commands were in progress at once, with {PLACES} places");
     assert!(pauses > 0, "the flood never filled the places");
+    assert_eq!(read_unplaced, 1, "commands read while every place was taken (the reading did not pause)");
 }

@@ -306,8 +306,8 @@ impl DaemonConfig {
         if self.blah.batch_max_jobs == 0 {
             return bad("blah.batch_max_jobs", "must be at least 1 (1: a BOINC batch per job)");
         }
-        if self.blah.max_commands_in_progress == 0 {
-            return bad("blah.max_commands_in_progress", "must be at least 1");
+        if !(1..=1_000_000).contains(&self.blah.max_commands_in_progress) {
+            return bad("blah.max_commands_in_progress", "must be from 1 to 1000000");
         }
         if self.blah.output_fetch_attempts == 0 {
             return bad("blah.output_fetch_attempts", "must be at least 1");
@@ -429,6 +429,7 @@ mod tests {
             ("[blah]\nforget_finished_jobs_after_secs = 0", "forget_finished_jobs_after_secs"),
             ("[blah]\nbatch_max_jobs = 0", "blah.batch_max_jobs"),
             ("[blah]\nmax_commands_in_progress = 0", "blah.max_commands_in_progress"),
+            ("[blah]\nmax_commands_in_progress = 18446744073709551615", "blah.max_commands_in_progress"),
             ("ping_timeout_secs = 0", "ping_timeout_secs"),
             ("log_rotation = \"weekly\"", "log_rotation"),
             ("[blah]\nproject_url = \"ftp://x/\"", "blah.project_url"),

@@ -54,8 +54,10 @@ pub struct Session {
     /// result is queued (`[blah] max_commands_in_progress`): with none
     /// free, nothing more is read.
     blah_places: Arc<Semaphore>,
-    /// How many places there are (for the log).
-    blah_places_max: usize,
+    /// Paced commands read with every place taken (at most one while the
+    /// reading is paused), and the most there have been: a debug line at
+    /// each new most, which tests read to see the reading pause.
+    blah_read_unplaced: (usize, usize),
     /// The `[blah]` settings: which submits a pool places.
     blah_config: Arc<DaemonConfig>,
     /// A client of `boinc_gahp serve`: what it may do (None: stdio).
@@ -301,10 +303,17 @@ impl Session {
             self.blah.do_send(BlahDispatch { reqid, command, place: Some(place) });
             return;
         }
-        tracing::debug!(places = self.blah_places_max, "reading paused: every place of a BLAH_JOB_SUBMIT or BLAH_JOB_STATUS is taken");
+        let places_max = self.blah_config.blah.max_commands_in_progress;
+        tracing::debug!(places = places_max, "reading paused: every place of a BLAH_JOB_SUBMIT or BLAH_JOB_STATUS is taken");
+        let (now, most) = self.blah_read_unplaced;
+        if now + 1 > most {
+            tracing::debug!(read = now + 1, "BLAH commands read with every place taken: the most yet");
+        }
+        self.blah_read_unplaced = (now + 1, most.max(now + 1));
         let places = self.blah_places.clone();
         // The semaphore is never closed: `None` only if that changes.
         ctx.wait(async move { places.acquire_owned().await.ok() }.into_actor(self).map(move |place, act, _| {
+            act.blah_read_unplaced.0 -= 1;
             act.blah.do_send(BlahDispatch { reqid, command, place });
         }));
     }
@@ -421,7 +430,7 @@ impl Session {
                 projects: runtime.projects.clone(),
                 blah: runtime.blah.clone(),
                 blah_places: Arc::new(Semaphore::new(runtime.config.blah.max_commands_in_progress)),
-                blah_places_max: runtime.config.blah.max_commands_in_progress,
+                blah_read_unplaced: (0, 0),
                 blah_config: runtime.config.clone(),
                 tenancy,
                 resumable,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use gahp_protocol::gahp::escape::split_args;
 use rand::{Rng, RngCore};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -197,10 +198,14 @@ async fn authenticate(mut stream: Stream, auth: &str) -> Result<(Stream, BytesMu
     };
     let line = String::from_utf8_lossy(&line).trim_end().to_string();
     if line != "S" {
-        let why = line.strip_prefix("E ").unwrap_or(&line).replace("\\ ", " ").replace("\\\\", "\\");
-        let why = format!("the server refused: {why}");
+        let args = split_args(line.as_bytes());
+        let why = match args.as_slice() {
+            [word, why] if word == b"E" => String::from_utf8_lossy(why).into_owned(),
+            _ => line.clone(),
+        };
         // A refused token is final; a busy or failing server is not.
-        let busy = line.contains("timed\\ out") || line.contains("server\\ error");
+        let busy = why == "authentication timed out" || why == "server error";
+        let why = format!("the server refused: {why}");
         return Err(if busy { DialError::Failed(why) } else { DialError::Refused(why) });
     }
     Ok((stream, buf))

@@ -400,7 +400,9 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         }
         // A line the link dropped under before it went (its files going up).
         if let Some(frame) = self.unsent.clone() {
-            return self.up(frame, files).await;
+            self.up(frame, files).await?;
+            self.unsent = None;
+            return Ok(());
         }
         let event = tokio::select! {
             up = stdin.next(), if *stdin_open => Event::Up(up),
@@ -517,9 +519,18 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         if notified {
             self.reply_here(b"R").await?;
         }
-        for sent in std::mem::take(&mut self.sent) {
-            self.forward(&sent.line, sent.expect).await?;
+        // The line whose files were going up stays to be sent after these
+        // (`forward` clears it), and a drop among them keeps the rest.
+        let unsent = self.unsent.take();
+        let mut rest = std::mem::take(&mut self.sent);
+        while let Some(sent) = rest.pop_front() {
+            if let Err(e) = self.forward(&sent.line, sent.expect).await {
+                self.sent.extend(rest);
+                self.unsent = unsent;
+                return Err(e);
+            }
         }
+        self.unsent = unsent;
         Ok(())
     }
 

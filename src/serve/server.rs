@@ -21,6 +21,7 @@ use gahp_actors::runtime::{OpenedState, Runtime};
 use gahp_actors::session::{EndSession, GahpDecoder, Session};
 use gahp_actors::tenancy::Tenancy;
 use gahp_actors::DaemonConfig;
+use gahp_protocol::gahp::escape::join_args;
 use gahp_protocol::gahp::{Frame, LineFramer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -74,7 +75,9 @@ struct Tenant {
 /// The last line to a connection that must not reconnect by itself.
 fn bye(to: &mpsc::WeakUnboundedSender<Outgoing>, why: &str) {
     let Some(to) = to.upgrade() else { return };
-    let _ = to.send(Outgoing::Answer(Bytes::from(format!("FILES BYE {}\n", why.replace('\\', "\\\\").replace(' ', "\\ ")))));
+    let mut line = join_args(&["FILES", "BYE", why]);
+    line.push(b'\n');
+    let _ = to.send(Outgoing::Answer(Bytes::from(line)));
 }
 
 struct Shared {
@@ -90,11 +93,9 @@ struct Shared {
 /// The `S`/`E` answer to the `AUTH` line, with the reason in words.
 fn answer(ok: bool, why: &str) -> Vec<u8> {
     let word = if ok { "S" } else { "E" };
-    if why.is_empty() {
-        format!("{word}\r\n").into_bytes()
-    } else {
-        format!("{word} {}\r\n", why.replace('\\', "\\\\").replace(' ', "\\ ")).into_bytes()
-    }
+    let mut line = if why.is_empty() { word.as_bytes().to_vec() } else { join_args(&[word, why]) };
+    line.extend_from_slice(b"\r\n");
+    line
 }
 
 impl Shared {
@@ -331,8 +332,11 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     let client = match shared.tokens() {
         Ok(file) => file.authenticate(&token).cloned(),
         Err(e) => {
+            // Not the token's fault: the client may come again.
             tracing::error!("can't read the tokens file: {e}");
-            None
+            let _ = stream.write_all(&answer(false, "server error")).await;
+            let _ = stream.shutdown().await;
+            return;
         }
     };
     let Some(client) = client else {
