@@ -429,7 +429,7 @@ mod tests {
             ("[blah]\nforget_finished_jobs_after_secs = 0", "forget_finished_jobs_after_secs"),
             ("[blah]\nbatch_max_jobs = 0", "blah.batch_max_jobs"),
             ("[blah]\nmax_commands_in_progress = 0", "blah.max_commands_in_progress"),
-            ("[blah]\nmax_commands_in_progress = 18446744073709551615", "blah.max_commands_in_progress"),
+            ("[blah]\nmax_commands_in_progress = 9223372036854775807", "blah.max_commands_in_progress"),
             ("ping_timeout_secs = 0", "ping_timeout_secs"),
             ("log_rotation = \"weekly\"", "log_rotation"),
             ("[blah]\nproject_url = \"ftp://x/\"", "blah.project_url"),
