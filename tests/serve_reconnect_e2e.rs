@@ -394,3 +394,68 @@ fn a_replaced_connection_and_a_revoked_one_end_with_the_reason_and_do_not_come_b
     assert!(second.stderr().contains("the server ended the session: token revoked"), "{}", second.stderr());
     assert!(!second.stderr().contains("lost the connection"), "not dialled again: {}", second.stderr());
 }
+
+/// The link cut while a submit's inputs go up, with the line before it
+/// perhaps still waiting for its reply (both written at once, as a
+/// gridmanager's queue may): after the reconnection both are answered,
+/// the inputs go up again (those already whole on the second tier are
+/// not sent twice), and the batch is made once.
+#[test]
+fn a_link_cut_while_inputs_go_up_loses_neither_that_line_nor_the_one_before_it() {
+    const FILES: usize = 120;
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let token = add_client(dir.path(), &tokens, &sim, "ann");
+    let s = serve(dir.path(), &tokens, &[]);
+    let port = s.port;
+    let home = dir.path().join("ann");
+    std::fs::create_dir_all(&home).unwrap();
+    // 1.5 MB each (a project takes at most 2 MB a file): 180 MB to go up.
+    let inputs: Vec<PathBuf> = (0..FILES)
+        .map(|i| {
+            let p = home.join(format!("in-{i}"));
+            let line = format!("input {i} of the cut upload\n");
+            std::fs::write(&p, line.repeat(1_500_000 / line.len())).unwrap();
+            p
+        })
+        .collect();
+    let mut g = s.connect(&token, &home, &[]);
+    assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
+    assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
+    let id = g.reqid();
+    let mut lines = b"COMMANDS\r\n".to_vec();
+    lines.extend(gahp_protocol::gahp::request::format(&async_cmd(id, AsyncCommand::Submit(uppercase_batch("cut", &inputs)))));
+    lines.extend_from_slice(b"\r\n");
+    g.send_raw(&lines).unwrap();
+
+    // Cut the link once some inputs are up and the rest are not.
+    let area_in = s.files("ann").join(".transfer/in");
+    let up = || {
+        std::fs::read_dir(&area_in)
+            .map(|d| d.filter_map(Result::ok).filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + WAIT;
+    while up() < 5 {
+        assert!(Instant::now() < deadline, "no input went up");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let mut s = s;
+    s.child.kill().unwrap();
+    s.child.wait().unwrap();
+    let at_cut = up();
+    assert!(at_cut < FILES, "every input was up before the cut ({at_cut}): nothing was cut");
+    std::thread::sleep(Duration::from_millis(500));
+    let _s = serve_at(dir.path(), &tokens, port, &[]);
+
+    let commands = g.read_reply().unwrap();
+    assert_eq!(commands[0], "S", "{commands:?}");
+    assert!(commands.iter().any(|c| c == "BOINC_SUBMIT"), "{commands:?}");
+    assert_eq!(g.read_reply().unwrap(), ["S"], "the submit whose inputs were going up");
+    let r = g.wait_result(id, WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    assert_eq!(sim.batches_named("ann~cut").len(), 1);
+    assert_eq!(up(), FILES);
+    assert!(g.try_wait().unwrap().is_none(), "connect carried on");
+}
