@@ -8,12 +8,12 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::ledger::*;
 use common::serve::*;
 use common::*;
 
@@ -34,13 +34,24 @@ enum Asked {
 /// One client as a gridmanager would be, through one connect process for
 /// the whole test: every result it ever read is kept.
 struct Client {
-    name: &'static str,
+    ledger: Ledger<Asked>,
     /// The connect's working directory: its inputs and outputs.
     home: PathBuf,
     inputs: Vec<PathBuf>,
-    asked: BTreeMap<u32, Asked>,
-    got: HashMap<u32, Vec<Vec<String>>>,
     g: GahpClient,
+}
+
+impl std::ops::Deref for Client {
+    type Target = Ledger<Asked>;
+    fn deref(&self) -> &Ledger<Asked> {
+        &self.ledger
+    }
+}
+
+impl std::ops::DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut Ledger<Asked> {
+        &mut self.ledger
+    }
 }
 
 impl Client {
@@ -57,70 +68,30 @@ impl Client {
     }
 
     fn fetch(&mut self, job: &str) -> u32 {
-        let command = AsyncCommand::FetchOutput(FetchOutput {
-            job_name: job.into(),
-            dir: "out".into(),
-            stderr_file: "/dev/null".into(),
-            mode: FetchMode::Some,
-            specs: vec![OutputSpec { src: "out".into(), dst: format!("{job}.txt").into() }],
-        });
-        self.send(Asked::Fetch(job.into()), command)
+        self.send(Asked::Fetch(job.into()), fetch_out(job))
     }
 
     fn query(&mut self, b: usize) -> u32 {
         self.send(Asked::Query(b), AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec![format!("b{b}")] })
     }
 
-    /// One RESULTS, every line kept.
     fn read_results(&mut self) {
-        for mut line in self.g.results().unwrap() {
-            let id: u32 = line[0].parse().unwrap();
-            let rest = line.split_off(1);
-            assert!(self.asked.contains_key(&id), "{}: a result for request {id}, never asked", self.name);
-            self.got.entry(id).or_default().push(rest);
-        }
+        self.ledger.read_results(&mut self.g);
     }
 
-    /// RESULTS until each of `ids` has its result.
     fn wait_for(&mut self, ids: &[u32]) {
-        let until = Instant::now() + WAIT;
-        loop {
-            self.read_results();
-            let missing: Vec<u32> = ids.iter().copied().filter(|id| !self.got.contains_key(id)).collect();
-            if missing.is_empty() {
-                return;
-            }
-            assert!(Instant::now() < until, "{}: no result for {missing:?}", self.name);
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.ledger.wait_for(&mut self.g, ids);
     }
 
     /// The one result of `id`; fails on none or two.
     fn one(&self, id: u32) -> &Vec<String> {
-        let got = self.got.get(&id).unwrap_or_else(|| panic!("{}: no result for {id} ({:?})", self.name, self.asked[&id]));
-        assert_eq!(got.len(), 1, "{}: request {id} ({:?}) got {} results: {got:?}", self.name, self.asked[&id], got.len());
-        &got[0]
+        self.ledger.one(id).unwrap_or_else(|| panic!("{}: no result for {id} ({:?})", self.name, self.asked[&id]))
     }
 }
 
 /// Whether the sim ran every job of the batch.
 fn done_on_sim(sim: &Sim, name: &str) -> bool {
-    let batches = sim.batches_named(name);
-    let [batch] = batches.as_slice() else { return false };
-    let jobs = sim.jobs_of(batch["id"].as_i64().unwrap());
-    jobs.len() == JOBS && jobs.iter().all(|j| j["status"] == "DONE")
-}
-
-fn until(what: &str, mut ok: impl FnMut() -> bool) {
-    let until = Instant::now() + WAIT;
-    while !ok() {
-        assert!(Instant::now() < until, "waited too long for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn job_names(b: usize) -> Vec<String> {
-    (0..JOBS).map(|i| format!("b{b}#{i}.0")).collect()
+    all_done_on_sim(sim, name, JOBS)
 }
 
 #[test]
@@ -152,7 +123,7 @@ fn the_same_connects_carry_on_across_a_kill_9_of_serve_and_every_request_gets_on
             }
             assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
             assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
-            Client { name, home, inputs, asked: BTreeMap::new(), got: HashMap::new(), g }
+            Client { ledger: Ledger::new(name), home, inputs, g }
         })
         .collect();
 
@@ -171,7 +142,7 @@ fn the_same_connects_carry_on_across_a_kill_9_of_serve_and_every_request_gets_on
     }
     for c in &mut clients {
         for b in 0..BATCHES - 1 {
-            for job in job_names(b) {
+            for job in job_names(b, JOBS) {
                 c.fetch(&job);
             }
         }
@@ -225,7 +196,7 @@ fn the_same_connects_carry_on_across_a_kill_9_of_serve_and_every_request_gets_on
     for c in &mut clients {
         let name = format!("{}~b{}", c.name, BATCHES - 1);
         until(&format!("{name} to run"), || done_on_sim(&sim, &name));
-        let ids: Vec<u32> = job_names(BATCHES - 1).iter().map(|j| c.fetch(j)).collect();
+        let ids: Vec<u32> = job_names(BATCHES - 1, JOBS).iter().map(|j| c.fetch(j)).collect();
         c.wait_for(&ids);
     }
 
@@ -243,7 +214,7 @@ fn the_same_connects_carry_on_across_a_kill_9_of_serve_and_every_request_gets_on
         }
         for b in 0..BATCHES {
             assert_eq!(sim.batches_named(&format!("{}~b{b}", c.name)).len(), 1, "{}: batch b{b} made once", c.name);
-            for (i, job) in job_names(b).iter().enumerate() {
+            for (i, job) in job_names(b, JOBS).iter().enumerate() {
                 let got = std::fs::read_to_string(c.home.join(format!("out/{job}.txt"))).unwrap();
                 assert_eq!(got, format!("{} JOB {}\n", c.name.to_uppercase(), b * JOBS + i));
                 fetched_total += 1;

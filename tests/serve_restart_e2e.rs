@@ -7,10 +7,10 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
+use common::ledger::*;
 use common::serve::*;
 use common::*;
 
@@ -35,17 +35,32 @@ enum Asked {
 /// One client as a gridmanager would be: its request ids go on growing
 /// across connections, and every result it ever read is kept.
 struct Client {
-    name: &'static str,
+    ledger: Ledger<Asked>,
     token: PathBuf,
     area: PathBuf,
     inputs: Vec<PathBuf>,
     next: u32,
-    asked: BTreeMap<u32, Asked>,
-    got: HashMap<u32, Vec<Vec<String>>>,
     g: Option<GahpClient>,
 }
 
+impl std::ops::Deref for Client {
+    type Target = Ledger<Asked>;
+    fn deref(&self) -> &Ledger<Asked> {
+        &self.ledger
+    }
+}
+
+impl std::ops::DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut Ledger<Asked> {
+        &mut self.ledger
+    }
+}
+
 impl Client {
+    fn new(name: &'static str, token: PathBuf) -> Self {
+        Client { ledger: Ledger::new(name), token, area: PathBuf::new(), inputs: Vec::new(), next: 0, g: None }
+    }
+
     fn connect(&mut self, s: &Serve, sim: &Sim, cwd: &Path) {
         // The test puts the client's files in its area itself.
         let mut g = s.connect(&self.token, cwd, &["--remote-paths"]);
@@ -75,66 +90,27 @@ impl Client {
     }
 
     fn fetch(&mut self, job: &str) -> u32 {
-        let command = AsyncCommand::FetchOutput(FetchOutput {
-            job_name: job.into(),
-            dir: "out".into(),
-            stderr_file: "/dev/null".into(),
-            mode: FetchMode::Some,
-            specs: vec![OutputSpec { src: "out".into(), dst: format!("{job}.txt").into() }],
-        });
-        self.send(Asked::Fetch(job.into()), command)
+        self.send(Asked::Fetch(job.into()), fetch_out(job))
     }
 
     fn query(&mut self, b: usize) -> u32 {
         self.send(Asked::Query, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec![format!("b{b}")] })
     }
 
-    /// One RESULTS, every line kept.
     fn read_results(&mut self) {
-        for mut line in self.g().results().unwrap() {
-            let id: u32 = line[0].parse().unwrap();
-            let rest = line.split_off(1);
-            assert!(self.asked.contains_key(&id), "{}: a result for request {id}, never asked", self.name);
-            self.got.entry(id).or_default().push(rest);
-        }
+        let g = self.g.as_mut().expect("connected");
+        self.ledger.read_results(g);
     }
 
-    /// RESULTS until each of `ids` has its result.
     fn wait_for(&mut self, ids: &[u32]) {
-        let until = Instant::now() + WAIT;
-        loop {
-            self.read_results();
-            let missing: Vec<u32> = ids.iter().copied().filter(|id| !self.got.contains_key(id)).collect();
-            if missing.is_empty() {
-                return;
-            }
-            assert!(Instant::now() < until, "{}: no result for {missing:?}", self.name);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// The one result of `id`; fails on two.
-    fn one(&self, id: u32) -> Option<&Vec<String>> {
-        let got = self.got.get(&id)?;
-        assert_eq!(got.len(), 1, "{}: request {id} ({:?}) got {} results: {got:?}", self.name, self.asked[&id], got.len());
-        got.first()
+        let g = self.g.as_mut().expect("connected");
+        self.ledger.wait_for(g, ids);
     }
 }
 
 /// Whether the sim ran every job of the client's batch.
 fn done_on_sim(sim: &Sim, name: &str) -> bool {
-    let batches = sim.batches_named(name);
-    let [batch] = batches.as_slice() else { return false };
-    let jobs = sim.jobs_of(batch["id"].as_i64().unwrap());
-    jobs.len() == JOBS && jobs.iter().all(|j| j["status"] == "DONE")
-}
-
-fn until(what: &str, mut ok: impl FnMut() -> bool) {
-    let until = Instant::now() + WAIT;
-    while !ok() {
-        assert!(Instant::now() < until, "waited too long for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    all_done_on_sim(sim, name, JOBS)
 }
 
 /// The results serve keeps for a client and has not handed out.
@@ -142,10 +118,6 @@ fn unread_stored(dir: &Path, client: &str) -> usize {
     let db = dir.join("serve-state/clients").join(client).join("state.sqlite3");
     let conn = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     conn.query_row("SELECT count(*) FROM unread_results", [], |r| r.get::<_, i64>(0)).unwrap() as usize
-}
-
-fn job_names(b: usize) -> Vec<String> {
-    (0..JOBS).map(|i| format!("b{b}#{i}.0")).collect()
 }
 
 #[test]
@@ -157,7 +129,7 @@ fn kill_9_of_serve_loses_no_result_and_repeats_none() {
         .iter()
         .map(|&name| {
             let token = add_client(dir.path(), &tokens, &sim, name);
-            Client { name, token, area: PathBuf::new(), inputs: Vec::new(), next: 0, asked: BTreeMap::new(), got: HashMap::new(), g: None }
+            Client::new(name, token)
         })
         .collect();
     let s = serve_plain(dir.path(), &tokens);
@@ -187,7 +159,7 @@ fn kill_9_of_serve_loses_no_result_and_repeats_none() {
     }
     for c in &mut clients {
         for b in 0..BATCHES - 1 {
-            for job in job_names(b) {
+            for job in job_names(b, JOBS) {
                 c.fetch(&job);
             }
         }
@@ -196,7 +168,7 @@ fn kill_9_of_serve_loses_no_result_and_repeats_none() {
     clients[0].wait_for(&ann_fetches);
     for c in &clients {
         until(&format!("{}'s outputs", c.name), || {
-            (0..BATCHES - 1).flat_map(job_names).all(|j| c.area.join(format!("out/{j}.txt")).exists())
+            (0..BATCHES - 1).flat_map(|b| job_names(b, JOBS)).all(|j| c.area.join(format!("out/{j}.txt")).exists())
         });
     }
     // Every result not read is stored (a moment after it completes): Bo's
@@ -271,7 +243,7 @@ fn kill_9_of_serve_loses_no_result_and_repeats_none() {
     for c in &mut clients {
         let name = format!("{}~b{}", c.name, BATCHES - 1);
         until(&format!("{name} to run"), || done_on_sim(&sim, &name));
-        let ids: Vec<u32> = job_names(BATCHES - 1).iter().map(|j| c.fetch(j)).collect();
+        let ids: Vec<u32> = job_names(BATCHES - 1, JOBS).iter().map(|j| c.fetch(j)).collect();
         c.wait_for(&ids);
     }
     // Every job's output fetched exactly once, none missing; every batch once.
@@ -288,7 +260,7 @@ fn kill_9_of_serve_loses_no_result_and_repeats_none() {
         assert_eq!(fetched.len(), BATCHES * JOBS, "{}: jobs fetched", c.name);
         assert!(fetched.values().all(|&n| n == 1), "{}: a job fetched twice", c.name);
         for b in 0..BATCHES {
-            for (i, job) in job_names(b).iter().enumerate() {
+            for (i, job) in job_names(b, JOBS).iter().enumerate() {
                 let got = std::fs::read_to_string(c.area.join(format!("out/{job}.txt"))).unwrap();
                 assert_eq!(got, format!("{} JOB {}\n", c.name.to_uppercase(), b * JOBS + i));
             }
@@ -317,16 +289,7 @@ fn clients_on_one_account_share_an_apps_templates_and_another_account_does_not()
     let s = serve_plain(dir.path(), &tokens);
     let templates = || sim.calls("submit_rpc_handler.php:get_templates");
     let submit = |token: &Path, name: &'static str, batch: &str| {
-        let mut c = Client {
-            name,
-            token: token.to_path_buf(),
-            area: PathBuf::new(),
-            inputs: Vec::new(),
-            next: 0,
-            asked: BTreeMap::new(),
-            got: HashMap::new(),
-            g: None,
-        };
+        let mut c = Client::new(name, token.to_path_buf());
         c.connect(&s, &sim, dir.path());
         let area = dir.path().join("serve-state/clients").join(name).join("files");
         std::fs::write(area.join("in"), format!("{name}\n")).unwrap();

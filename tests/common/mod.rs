@@ -12,6 +12,7 @@ pub use gahp_protocol::Authenticator;
 pub use gahp_testkit::http;
 pub use gahp_testkit::GahpClient;
 
+pub mod ledger;
 pub mod serve;
 
 pub const WAIT: Duration = Duration::from_secs(60);
