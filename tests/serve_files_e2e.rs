@@ -89,8 +89,23 @@ fn boinc_inputs_go_up_once_and_outputs_land_at_the_local_paths_asked_for_until_r
     // An input that is not there: refused here, nothing reaches the server.
     let id = a.reqid();
     let bad = uppercase_batch("b3", &[local.join("missing.txt")]);
-    assert_eq!(a.command(&async_cmd(id, AsyncCommand::Submit(bad))).unwrap(), ["E"]);
+    assert_eq!(a.command(&async_cmd(id, AsyncCommand::Submit(bad.clone()))).unwrap(), ["E"]);
     assert!(sim.batches_named("alice~b3").is_empty());
+    // So is it behind lines still waiting for the server's replies: its
+    // `E` comes in its turn, after theirs (it came first before).
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        lines.extend_from_slice(b"COMMANDS\r\n");
+    }
+    let id = a.reqid();
+    lines.extend(gahp_protocol::gahp::request::format(&async_cmd(id, AsyncCommand::Submit(bad))));
+    lines.extend_from_slice(b"\r\nVERSION\r\n");
+    a.send_raw(&lines).unwrap();
+    for _ in 0..3 {
+        assert_eq!(a.read_reply().unwrap()[0], "S", "a COMMANDS");
+    }
+    assert_eq!(a.read_reply().unwrap(), ["E"], "the submit");
+    assert_eq!(a.read_reply().unwrap()[0], "S", "the VERSION");
 
     // The outputs wait in the area until the batch is retired.
     let out0 = transfer(&s, "alice").join("out").join(job_key("b1#0.0"));

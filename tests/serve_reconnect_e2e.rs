@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -366,14 +367,129 @@ fn a_replaced_connection_and_a_revoked_one_end_with_the_reason_and_do_not_come_b
     assert!(!second.stderr().contains("lost the connection"), "not dialled again: {}", second.stderr());
 }
 
+/// A submit of 120 inputs of 1.5 MB written (after a `COMMANDS` in the
+/// same write, as a gridmanager's queue may) through a connect, and serve
+/// killed once some inputs are up and the rest are not.
+struct CutUpload {
+    sim: Sim,
+    dir: tempfile::TempDir,
+    tokens: PathBuf,
+    port: u16,
+    inputs: Vec<PathBuf>,
+    g: GahpClient,
+    id: u32,
+    area_in: PathBuf,
+    at_cut: usize,
+}
+
+impl CutUpload {
+    const FILES: usize = 120;
+
+    fn cut() -> CutUpload {
+        let sim = Sim::start();
+        let dir = tempfile::tempdir().unwrap();
+        let tokens = dir.path().join("tokens.toml");
+        let token = add_client(dir.path(), &tokens, &sim, "ann");
+        let mut s = serve(dir.path(), &tokens, &[]);
+        let port = s.port;
+        let home = dir.path().join("ann");
+        std::fs::create_dir_all(&home).unwrap();
+        // 1.5 MB each (a project takes at most 2 MB a file): 180 MB to go up.
+        let inputs: Vec<PathBuf> = (0..Self::FILES)
+            .map(|i| {
+                let p = home.join(format!("in-{i}"));
+                let line = format!("input {i} of the cut upload\n");
+                std::fs::write(&p, line.repeat(1_500_000 / line.len())).unwrap();
+                p
+            })
+            .collect();
+        let mut g = s.connect(&token, &home, &[]);
+        assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
+        assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
+        let id = g.reqid();
+        let mut lines = b"COMMANDS\r\n".to_vec();
+        lines.extend(gahp_protocol::gahp::request::format(&async_cmd(id, AsyncCommand::Submit(uppercase_batch("cut", &inputs)))));
+        lines.extend_from_slice(b"\r\n");
+        g.send_raw(&lines).unwrap();
+
+        let area_in = s.files("ann").join(".transfer/in");
+        let mut cut = CutUpload { sim, dir, tokens, port, inputs, g, id, area_in, at_cut: 0 };
+        let deadline = Instant::now() + WAIT;
+        while cut.up() < 5 {
+            assert!(Instant::now() < deadline, "no input went up");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        s.child.kill().unwrap();
+        s.child.wait().unwrap();
+        cut.at_cut = cut.up();
+        assert!(cut.at_cut < Self::FILES, "every input was up before the cut ({}): nothing was cut", cut.at_cut);
+        cut
+    }
+
+    /// Inputs whole in the area.
+    fn up(&self) -> usize {
+        std::fs::read_dir(&self.area_in)
+            .map(|d| d.filter_map(Result::ok).filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count())
+            .unwrap_or(0)
+    }
+
+    /// serve again on its port; the `COMMANDS` reply that was cut.
+    fn serve_again(&mut self) -> Serve {
+        std::thread::sleep(Duration::from_millis(500));
+        let s = serve_at(self.dir.path(), &self.tokens, self.port, &[]);
+        let commands = self.g.read_reply().unwrap();
+        assert_eq!(commands[0], "S", "{commands:?}");
+        assert!(commands.iter().any(|c| c == "BOINC_SUBMIT"), "{commands:?}");
+        s
+    }
+}
+
 /// The link cut while a submit's inputs go up, with the line before it
-/// perhaps still waiting for its reply (both written at once, as a
-/// gridmanager's queue may): after the reconnection both are answered,
-/// the inputs go up again (those already whole on the second tier are
-/// not sent twice), and the batch is made once.
+/// perhaps still waiting for its reply: after the reconnection both are
+/// answered, the inputs go up again (those already whole on the second
+/// tier are not sent twice), and the batch is made once.
 #[test]
 fn a_link_cut_while_inputs_go_up_loses_neither_that_line_nor_the_one_before_it() {
-    const FILES: usize = 120;
+    let mut cut = CutUpload::cut();
+    let _s = cut.serve_again();
+    assert_eq!(cut.g.read_reply().unwrap(), ["S"], "the submit whose inputs were going up");
+    let r = cut.g.wait_result(cut.id, WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    assert_eq!(cut.sim.batches_named("ann~cut").len(), 1);
+    assert_eq!(cut.up(), CutUpload::FILES);
+    assert!(cut.g.try_wait().unwrap().is_none(), "connect carried on");
+}
+
+/// The same cut, and the inputs not yet up deleted meanwhile: the submit,
+/// tried again after the reconnection, is refused here with `E` (its
+/// files can't be read), once; nothing is made, and connect goes on.
+#[test]
+fn a_line_cut_short_whose_inputs_went_away_gets_e_once_and_connect_goes_on() {
+    let mut cut = CutUpload::cut();
+    let up: std::collections::HashSet<String> =
+        std::fs::read_dir(&cut.area_in).unwrap().filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(up.len(), cut.at_cut);
+    for input in &cut.inputs {
+        std::fs::remove_file(input).unwrap();
+    }
+    let _s = cut.serve_again();
+    assert_eq!(cut.g.read_reply().unwrap(), ["E"], "the submit whose inputs went away");
+    assert_eq!(cut.g.command_line(b"COMMANDS").unwrap()[0], "S", "the next command");
+    let id = cut.g.reqid();
+    assert_eq!(cut.g.command(&async_cmd(id, AsyncCommand::Ping)).unwrap(), ["S"]);
+    assert_eq!(cut.g.wait_result(id, WAIT).unwrap()[0], "NULL");
+    assert!(cut.sim.batches_named("ann~cut").is_empty(), "nothing was made");
+    assert!(cut.g.try_wait().unwrap().is_none(), "connect carried on");
+}
+
+/// A fetch's stderr text goes to its file once, also when the link is
+/// cut after some fetches of a RESULTS block had their files brought and
+/// before the block was handed on: the fetches are run again and their
+/// block read again after the reconnection, and what was appended stays
+/// appended once (it doubled before).
+#[test]
+fn a_link_cut_while_a_results_block_brings_its_files_appends_each_stderr_once() {
+    const JOBS: usize = 30;
     let sim = Sim::start();
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.toml");
@@ -381,12 +497,13 @@ fn a_link_cut_while_inputs_go_up_loses_neither_that_line_nor_the_one_before_it()
     let s = serve(dir.path(), &tokens, &[]);
     let port = s.port;
     let home = dir.path().join("ann");
-    std::fs::create_dir_all(&home).unwrap();
-    // 1.5 MB each (a project takes at most 2 MB a file): 180 MB to go up.
-    let inputs: Vec<PathBuf> = (0..FILES)
+    std::fs::create_dir_all(home.join("out")).unwrap();
+    std::fs::create_dir_all(home.join("again")).unwrap();
+    // 1.5 MB outputs: the block takes a while to bring.
+    let inputs: Vec<PathBuf> = (0..JOBS)
         .map(|i| {
             let p = home.join(format!("in-{i}"));
-            let line = format!("input {i} of the cut upload\n");
+            let line = format!("input {i} of the cut fetch\n");
             std::fs::write(&p, line.repeat(1_500_000 / line.len())).unwrap();
             p
         })
@@ -394,39 +511,86 @@ fn a_link_cut_while_inputs_go_up_loses_neither_that_line_nor_the_one_before_it()
     let mut g = s.connect(&token, &home, &[]);
     assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
     assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
-    let id = g.reqid();
-    let mut lines = b"COMMANDS\r\n".to_vec();
-    lines.extend(gahp_protocol::gahp::request::format(&async_cmd(id, AsyncCommand::Submit(uppercase_batch("cut", &inputs)))));
-    lines.extend_from_slice(b"\r\n");
-    g.send_raw(&lines).unwrap();
+    let batch = uppercase_batch("cutfetch", &inputs);
+    let jobs: Vec<String> = batch.jobs.iter().map(|j| format!("ann~{}", j.name)).collect();
+    let names: Vec<String> = batch.jobs.iter().map(|j| j.name.clone()).collect();
+    let r = g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap();
+    assert_eq!(r[0], "NULL", "{r:?}");
+    until("the jobs to run", || all_done_on_sim(&sim, "ann~cutfetch", JOBS));
 
-    // Cut the link once some inputs are up and the rest are not.
-    let area_in = s.files("ann").join(".transfer/in");
-    let up = || {
-        std::fs::read_dir(&area_in)
-            .map(|d| d.filter_map(Result::ok).filter(|e| !e.file_name().to_string_lossy().starts_with('.')).count())
+    let fetch = |job: &str, into: &str, err: String| {
+        AsyncCommand::FetchOutput(FetchOutput {
+            job_name: job.into(),
+            dir: into.into(),
+            stderr_file: err.into(),
+            mode: FetchMode::Some,
+            specs: vec![OutputSpec { src: "out".into(), dst: format!("{job}.txt").into() }],
+        })
+    };
+    let mut ids = Vec::new();
+    for (i, job) in names.iter().enumerate() {
+        let id = g.reqid();
+        g.submit_async(&async_cmd(id, fetch(job, "out", format!("err-{i}.txt")))).unwrap();
+        ids.push(id);
+    }
+    // Every fetch done on the second tier (its output and stderr there).
+    let area_out = s.files("ann").join(".transfer/out");
+    until("the fetches on the second tier", || {
+        std::fs::read_dir(&area_out)
+            .map(|d| d.filter_map(Result::ok).filter(|e| std::fs::read_dir(e.path()).map(|f| f.count()).unwrap_or(0) >= 2).count())
+            .unwrap_or(0)
+            == JOBS
+    });
+    std::thread::sleep(Duration::from_millis(500));
+
+    // Cut the link once the block's first stderr is appended here.
+    g.send_raw(b"RESULTS\r\n").unwrap();
+    let local = |prefix: &str| {
+        std::fs::read_dir(home.join("out"))
+            .map(|d| d.filter_map(Result::ok).filter(|e| e.file_name().to_string_lossy().starts_with(prefix)).count())
             .unwrap_or(0)
     };
     let deadline = Instant::now() + WAIT;
-    while up() < 5 {
-        assert!(Instant::now() < deadline, "no input went up");
-        std::thread::sleep(Duration::from_millis(2));
+    while local("err-") == 0 {
+        assert!(Instant::now() < deadline, "no stderr was brought");
+        std::thread::sleep(Duration::from_millis(1));
     }
     let mut s = s;
     s.child.kill().unwrap();
     s.child.wait().unwrap();
-    let at_cut = up();
-    assert!(at_cut < FILES, "every input was up before the cut ({at_cut}): nothing was cut");
+    let at_cut = local("err-");
+    assert!(at_cut < JOBS, "every stderr was brought before the cut ({at_cut}): nothing was cut");
     std::thread::sleep(Duration::from_millis(500));
-    let _s = serve_at(dir.path(), &tokens, port, &[]);
+    let s = serve_at(dir.path(), &tokens, port, &[]);
 
-    let commands = g.read_reply().unwrap();
-    assert_eq!(commands[0], "S", "{commands:?}");
-    assert!(commands.iter().any(|c| c == "BOINC_SUBMIT"), "{commands:?}");
-    assert_eq!(g.read_reply().unwrap(), ["S"], "the submit whose inputs were going up");
-    let r = g.wait_result(id, WAIT).unwrap();
-    assert_eq!(r[0], "NULL", "{r:?}");
-    assert_eq!(sim.batches_named("ann~cut").len(), 1);
-    assert_eq!(up(), FILES);
-    assert!(g.try_wait().unwrap().is_none(), "connect carried on");
+    // The RESULTS sent again after the reconnection, then the rest.
+    let header = g.read_reply().unwrap();
+    assert_eq!(header[0], "S", "{header:?}");
+    let mut got: HashMap<u32, Vec<String>> = HashMap::new();
+    for _ in 0..header[1].parse::<usize>().unwrap() {
+        let line = String::from_utf8(g.read_line().unwrap()).unwrap();
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        assert!(got.insert(args[0].parse().unwrap(), args[1..].to_vec()).is_none(), "two results: {line}");
+    }
+    for &id in &ids {
+        got.entry(id).or_insert_with(|| g.wait_result(id, WAIT).unwrap());
+    }
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(got[id][0], "NULL", "fetch {i}: {:?}", got[id]);
+    }
+
+    // The same fetches again, uncut: each stderr file must be what one
+    // fetch writes.
+    for (i, job) in names.iter().enumerate() {
+        let r = g.call(|id| async_cmd(id, fetch(job, "again", format!("err-{i}.txt"))), WAIT).unwrap();
+        assert_eq!(r[0], "NULL", "{r:?}");
+        let once = std::fs::read(home.join("again").join(format!("err-{i}.txt"))).unwrap();
+        assert!(!once.is_empty(), "job {i} wrote no stderr");
+        assert_eq!(std::fs::read(home.join("out").join(format!("err-{i}.txt"))).unwrap(), once, "job {i}'s stderr, cut at {at_cut}");
+        let out = std::fs::read(home.join("out").join(format!("{job}.txt"))).unwrap();
+        assert_eq!(out, std::fs::read(&inputs[i]).unwrap().to_ascii_uppercase(), "job {i}'s output");
+    }
+    assert_eq!(jobs.len(), JOBS);
+    assert_eq!(sim.batches_named("ann~cutfetch").len(), 1);
+    drop(s);
 }

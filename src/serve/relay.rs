@@ -20,7 +20,7 @@
 //! again, and what the server keeps (a BLAH job's own record of where its
 //! outputs go) is enough to answer it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
@@ -47,8 +47,19 @@ const MANIFEST: &str = ".manifest";
 const STDOUT: &str = ".std/out";
 const STDERR: &str = ".std/err";
 const REMAPS: &str = ".remap";
-/// A BOINC_FETCH_OUTPUT's stderr text, in its directory.
+/// A BOINC_FETCH_OUTPUT's stderr text, in its directory; `.stderr.<n>`
+/// when it was sent again after the `n`th reconnection.
 const FETCH_STDERR: &str = ".stderr";
+
+/// Which sending a fetch's stderr file in the area is of (0: the first),
+/// if it is one.
+fn stderr_sending(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix(FETCH_STDERR)?;
+    if rest.is_empty() {
+        return Some(0);
+    }
+    rest.strip_prefix('.')?.parse().ok()
+}
 
 /// Where a BLAH job's files go on the first tier, as its submit said.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -267,6 +278,9 @@ enum Expect {
     Select,
     /// `ASYNC_MODE_ON` / `_OFF`.
     Async(bool),
+    /// Not sent: refused here, its `E` handed on after the replies to the
+    /// lines before it.
+    Here,
 }
 
 /// A line sent to the server whose reply has not been handed on.
@@ -303,6 +317,10 @@ struct Relay<R, W> {
     /// many are still to come.
     block: Option<(usize, Vec<Vec<u8>>)>,
     pending: HashMap<u32, Pending>,
+    /// Fetches whose stderr text was appended to its file while their
+    /// block was not yet handed on: the same result read again after a
+    /// reconnection does not append it twice.
+    appended: HashSet<u32>,
     outstanding: HashMap<u32, Outstanding>,
     taken: u64,
     /// The `BOINC_SELECT_PROJECT` line in force, and asynchronous mode.
@@ -312,6 +330,8 @@ struct Relay<R, W> {
     unsent: Option<Frame>,
     /// QUIT was sent: the session is over when the link closes.
     quit: bool,
+    /// Reconnections so far.
+    reconnections: u32,
 }
 
 enum Event {
@@ -349,12 +369,14 @@ pub async fn relay(dialer: &Dialer, stream: Stream, already: BytesMut, files: bo
         sent: VecDeque::new(),
         block: None,
         pending: HashMap::new(),
+        appended: HashSet::new(),
         outstanding: HashMap::new(),
         taken: 0,
         select: None,
         async_mode: false,
         unsent: None,
         quit: false,
+        reconnections: 0,
     };
     let files = files && relay.negotiate(true).await?;
     let mut stdin = FramedRead::new(tokio::io::stdin(), GahpDecoder(LineFramer::new(MAX_LINE)));
@@ -462,6 +484,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         } else {
             self.link.next_line().await.map_err(|e| format!("the server: {e}"))?.ok_or("the server closed the connection")?;
         }
+        self.reconnections += 1;
         let mut lines: Vec<(Vec<u8>, Option<u32>)> = Vec::new();
         if !self.prefix.is_empty() {
             lines.push((gahp::request::format(&Request::ResponsePrefix(self.prefix.clone())), None));
@@ -477,7 +500,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 lines.push((select.to_vec(), None));
                 selected = Some(select);
             }
-            lines.push((o.line.clone(), Some(*id)));
+            lines.push((self.sent_again(*id, &o.line), Some(*id)));
         }
         if let Some(select) = self.select.as_ref().filter(|s| selected.is_none_or(|was| !Rc::ptr_eq(was, s))) {
             lines.push((select.to_vec(), None));
@@ -511,6 +534,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                     );
                     self.outstanding.remove(id);
                     self.pending.remove(id);
+                    self.appended.remove(id);
                 }
                 None => return Err(format!("the server refused {what} after the reconnection")),
             }
@@ -524,6 +548,10 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         let unsent = self.unsent.take();
         let mut rest = std::mem::take(&mut self.sent);
         while let Some(sent) = rest.pop_front() {
+            if let Expect::Here = sent.expect {
+                self.sent.push_back(sent);
+                continue;
+            }
             if let Err(e) = self.forward(&sent.line, sent.expect).await {
                 self.sent.extend(rest);
                 self.unsent = unsent;
@@ -532,6 +560,24 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         }
         self.unsent = unsent;
         Ok(())
+    }
+
+    /// An outstanding request's line as sent again. The server runs a
+    /// request again whose result it had handed on (in a block the link
+    /// dropped under), and a fetch run again appends its stderr text to
+    /// the file it names: a file of its own then, so that the text is
+    /// there once.
+    fn sent_again(&self, id: u32, line: &[u8]) -> Vec<u8> {
+        if !matches!(self.pending.get(&id), Some(Pending::Fetch { .. })) {
+            return line.to_vec();
+        }
+        match gahp::request::parse(line) {
+            Ok(Request::Async { reqid, command: AsyncCommand::FetchOutput(mut f) }) if f.stderr_file != Path::new("/dev/null") => {
+                f.stderr_file = PathBuf::from(format!("{FETCH_STDERR}.{}", self.reconnections));
+                gahp::request::format(&Request::Async { reqid, command: AsyncCommand::FetchOutput(f) })
+            }
+            _ => line.to_vec(),
+        }
     }
 
     async fn emit(&mut self, bytes: &[u8]) -> Result<(), String> {
@@ -547,6 +593,25 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         self.emit(&line).await
     }
 
+    /// `E` for a line refused here, in its turn: the gridmanager reads
+    /// the replies in the order of its lines.
+    async fn refuse(&mut self) -> Result<(), String> {
+        if self.sent.is_empty() {
+            return self.reply_here(b"E").await;
+        }
+        self.sent.push_back(Sent { line: Vec::new(), expect: Expect::Here });
+        Ok(())
+    }
+
+    /// The refusals whose turn came with the reply just handed on.
+    async fn refusals(&mut self) -> Result<(), String> {
+        while let Some(Sent { expect: Expect::Here, .. }) = self.sent.front() {
+            self.sent.pop_front();
+            self.reply_here(b"E").await?;
+        }
+        Ok(())
+    }
+
     async fn forward(&mut self, line: &[u8], expect: Expect) -> Result<(), String> {
         self.quit |= line.trim_ascii() == b"QUIT";
         // Sent now or, if the link drops, again after the reconnection.
@@ -560,12 +625,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
     /// A request line from the gridmanager.
     async fn up(&mut self, frame: Frame, files: bool) -> Result<(), String> {
         let Frame::Line(line) = frame else {
-            return self.reply_here(b"E").await;
+            return self.refuse().await;
         };
         let word = line.split(|&b| b == b' ').next().unwrap_or_default();
         if files && files::COMMANDS.iter().any(|c| c.as_bytes() == word) {
             // Those words are the file protocol's on this connection.
-            return self.reply_here(b"E").await;
+            return self.refuse().await;
         }
         let req = gahp::request::parse(&line).ok();
         let reqid = req.as_ref().and_then(reqid_of);
@@ -574,7 +639,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             // again after a reconnection.
             let in_flight = self.sent.iter().any(|s| matches!(s.expect, Expect::Reply(Some(i), _) if i == id));
             if self.outstanding.contains_key(&id) || in_flight {
-                return self.reply_here(b"E").await;
+                return self.refuse().await;
             }
         }
         let req = match req {
@@ -628,7 +693,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             Err(why) if self.link.broken => Err(why),
             Err(why) => {
                 eprintln!("boinc_gahp connect: refused a request: {why}");
-                self.reply_here(b"E").await
+                self.refuse().await
             }
         }
     }
@@ -807,7 +872,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             }
             _ => {}
         }
-        self.emit(&line).await
+        self.emit(&line).await?;
+        self.refusals().await
     }
 
     /// A line without the prefix and its terminator.
@@ -826,9 +892,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             // the request is sent again and its result means files again.
             let Some(pending) = self.pending.get(&reqid).cloned() else { continue };
             let failure = match pending {
-                Pending::Fetch { remote, dir, stderr, dsts } if args.get(1).is_some_and(|a| a == b"NULL") => {
-                    self.bring_fetched(&remote, &dir, &stderr, &dsts).await.err().map(|why| CommandResult::error(why).encode(ReqId(reqid)))
-                }
+                Pending::Fetch { remote, dir, stderr, dsts } if args.get(1).is_some_and(|a| a == b"NULL") => self
+                    .bring_fetched(reqid, &remote, &dir, &stderr, &dsts)
+                    .await
+                    .err()
+                    .map(|why| CommandResult::error(why).encode(ReqId(reqid))),
                 Pending::SequenceFetch { remote, dir } if args.get(1).is_some_and(|a| a == b"NULL") => self
                     .bring_sequence(&remote, &dir, &args)
                     .await
@@ -857,29 +925,34 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             let args = split_args(self.body(line));
             if let Some(reqid) = args.first().and_then(|a| std::str::from_utf8(a).ok()?.parse::<u32>().ok()) {
                 self.pending.remove(&reqid);
+                self.appended.remove(&reqid);
                 self.outstanding.remove(&reqid);
             }
         }
         if let Some(Sent { expect: Expect::Results, .. }) = self.sent.front() {
             self.sent.pop_front();
         }
-        Ok(())
+        self.refusals().await
     }
 
     /// A fetch's files, from its directory in the area to the ones asked
     /// for; Err: the result becomes this failure.
-    async fn bring_fetched(&mut self, remote: &str, dir: &Path, stderr: &Path, dsts: &[PathBuf]) -> Result<(), String> {
-        for name in self.link.list(remote).await? {
+    async fn bring_fetched(&mut self, reqid: u32, remote: &str, dir: &Path, stderr: &Path, dsts: &[PathBuf]) -> Result<(), String> {
+        let names = self.link.list(remote).await?;
+        // The stderr of its last sending (each has the whole text).
+        let last = names.iter().filter_map(|n| stderr_sending(n)).max();
+        for name in names {
             let from = format!("{remote}/{name}");
-            if name == FETCH_STDERR {
-                // Appended to, as the daemon does.
-                if stderr == Path::new("/dev/null") {
+            if let Some(sending) = stderr_sending(&name) {
+                // Appended to, as the daemon does, once per result.
+                if Some(sending) != last || stderr == Path::new("/dev/null") || self.appended.contains(&reqid) {
                     continue;
                 }
                 let mut text = Vec::new();
                 self.link.get(&from, &mut text).await?.map_err(|why| format!("can't fetch {from}: {why}"))?;
                 let path = dir.join(stderr);
                 append(&path, &text).map_err(|_| format!("can't open stderr output file {}", path.display()))?;
+                self.appended.insert(reqid);
                 continue;
             }
             let renamed = name.strip_prefix(".r").and_then(|i| i.parse::<usize>().ok()).and_then(|i| dsts.get(i));
