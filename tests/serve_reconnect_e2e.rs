@@ -594,3 +594,151 @@ fn a_link_cut_while_a_results_block_brings_its_files_appends_each_stderr_once() 
     assert_eq!(sim.batches_named("ann~cutfetch").len(), 1);
     drop(s);
 }
+
+/// A TCP relay between connect and a plain-TCP serve that cuts links on
+/// cue: the first when `cut_first` is set (at its next bytes up), the
+/// second after it has carried `second_lines` lines down.
+struct CuttingProxy {
+    port: u16,
+    cut_first: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    second_cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    links: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CuttingProxy {
+    fn start(to: u16, second_lines: usize) -> CuttingProxy {
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (cut_first, second_cut, links) =
+            (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)), Arc::new(AtomicUsize::new(0)));
+        let (cf, sc, ls) = (cut_first.clone(), second_cut.clone(), links.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().take(20) {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else { continue };
+                let n = ls.fetch_add(1, Ordering::SeqCst) + 1;
+                let ends = Arc::new((client.try_clone().unwrap(), server.try_clone().unwrap()));
+                let close = move || {
+                    let _ = ends.0.shutdown(Shutdown::Both);
+                    let _ = ends.1.shutdown(Shutdown::Both);
+                };
+                let (mut c_read, mut s_write, cf, close_up) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap(), cf.clone(), close.clone());
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 65536];
+                    while let Ok(k @ 1..) = std::io::Read::read(&mut c_read, &mut buf) {
+                        if n == 1 && cf.load(Ordering::SeqCst) {
+                            return close_up();
+                        }
+                        if s_write.write_all(&buf[..k]).is_err() {
+                            return close_up();
+                        }
+                    }
+                    close_up();
+                });
+                let (mut s_read, mut c_write, sc) = (server, client, sc.clone());
+                std::thread::spawn(move || {
+                    let (mut buf, mut lines) = ([0u8; 65536], 0);
+                    while let Ok(k @ 1..) = std::io::Read::read(&mut s_read, &mut buf) {
+                        let mut end = k;
+                        if n == 2 {
+                            for (i, _) in buf[..k].iter().enumerate().filter(|(_, b)| **b == b'\n') {
+                                lines += 1;
+                                if lines == second_lines {
+                                    end = i + 1;
+                                    break;
+                                }
+                            }
+                        }
+                        if c_write.write_all(&buf[..end]).is_err() {
+                            return close();
+                        }
+                        if n == 2 && lines == second_lines {
+                            sc.store(true, Ordering::SeqCst);
+                            return close();
+                        }
+                    }
+                    close();
+                });
+            }
+        });
+        CuttingProxy { port, cut_first, second_cut, links }
+    }
+}
+
+/// The link dropped while a submit's inputs go up, with three submits
+/// taken and not answered, and dropped again while connect resumes (after
+/// the server's fourth line on the new link): the third link resumes all
+/// of it. Every submit gets one result, each batch is made once, and the
+/// line whose inputs were going up is answered in its turn.
+#[test]
+fn a_second_drop_while_resuming_loses_nothing() {
+    use std::sync::atomic::Ordering;
+    const FILES: usize = 60;
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let token = add_client(dir.path(), &tokens, &sim, "ann");
+    let s = serve(dir.path(), &tokens, &["--insecure-loopback"]);
+    let proxy = CuttingProxy::start(s.port, 4);
+    let home = dir.path().join("ann");
+    std::fs::create_dir_all(&home).unwrap();
+    let small: Vec<PathBuf> = (0..3)
+        .map(|i| {
+            let p = home.join(format!("small-{i}"));
+            std::fs::write(&p, format!("small {i}\n")).unwrap();
+            p
+        })
+        .collect();
+    let large: Vec<PathBuf> = (0..FILES)
+        .map(|i| {
+            let p = home.join(format!("in-{i}"));
+            let line = format!("input {i} of the twice cut upload\n");
+            std::fs::write(&p, line.repeat(1_500_000 / line.len())).unwrap();
+            p
+        })
+        .collect();
+    let mut args = s.connect_args(&token, &[]);
+    args[1] = format!("127.0.0.1:{}", proxy.port);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut g = GahpClient::spawn(boinc_gahp(), &args, &[], &home).unwrap();
+    assert_eq!(g.set_prefix("P:").unwrap(), ["S"]);
+    assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
+    assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
+    // Three submits taken, their batches held at the project.
+    sim.set_faults(serde_json::json!({"rules": {"submit_rpc_handler.php:create_batch": {"delay": 1.0, "delay_ms": 3000}}}));
+    let mut ids: Vec<(u32, String)> = Vec::new();
+    for (i, f) in small.iter().enumerate() {
+        let id = g.reqid();
+        let name = format!("s{i}");
+        g.submit_async(&async_cmd(id, AsyncCommand::Submit(uppercase_batch(&name, std::slice::from_ref(f))))).unwrap();
+        ids.push((id, name));
+    }
+    // The large one: cut while its inputs go up.
+    let id = g.reqid();
+    let mut line = gahp_protocol::gahp::request::format(&async_cmd(id, AsyncCommand::Submit(uppercase_batch("big", &large))));
+    line.extend_from_slice(b"\r\n");
+    g.send_raw(&line).unwrap();
+    ids.push((id, "big".into()));
+    let area_in = s.files("ann").join(".transfer/in");
+    let up = || std::fs::read_dir(&area_in).map(|d| d.filter_map(Result::ok).count()).unwrap_or(0);
+    until("some inputs to go up", || up() >= 5);
+    proxy.cut_first.store(true, Ordering::SeqCst);
+
+    assert_eq!(g.read_reply().unwrap(), ["S"], "the submit whose inputs were going up");
+    assert!(proxy.second_cut.load(Ordering::SeqCst), "the second link was not cut while resuming");
+    assert!(proxy.links.load(Ordering::SeqCst) >= 3, "no third link");
+    sim.set_faults(serde_json::json!({}));
+    for (id, name) in &ids {
+        let r = g.wait_result(*id, WAIT).unwrap();
+        assert_eq!(r[0], "NULL", "{name}: {r:?}");
+        assert_eq!(sim.batches_named(&format!("ann~{name}")).len(), 1, "{name} made once");
+    }
+    // No second result for any of them.
+    let extra = g.results().unwrap();
+    assert!(extra.is_empty(), "{extra:?}");
+    assert!(g.try_wait().unwrap().is_none(), "connect carried on");
+}
