@@ -367,6 +367,19 @@ fn a_replaced_connection_and_a_revoked_one_end_with_the_reason_and_do_not_come_b
     assert!(!second.stderr().contains("lost the connection"), "not dialled again: {}", second.stderr());
 }
 
+/// `n` inputs `in-<i>` of 1.5 MB each (a project takes at most 2 MB a
+/// file), each of its own content.
+fn large_inputs(home: &Path, n: usize, what: &str) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| {
+            let p = home.join(format!("in-{i}"));
+            let line = format!("input {i} of the {what}\n");
+            std::fs::write(&p, line.repeat(1_500_000 / line.len())).unwrap();
+            p
+        })
+        .collect()
+}
+
 /// A submit of 120 inputs of 1.5 MB written (after a `COMMANDS` in the
 /// same write, as a gridmanager's queue may) through a connect, and serve
 /// killed once some inputs are up and the rest are not.
@@ -394,15 +407,8 @@ impl CutUpload {
         let port = s.port;
         let home = dir.path().join("ann");
         std::fs::create_dir_all(&home).unwrap();
-        // 1.5 MB each (a project takes at most 2 MB a file): 180 MB to go up.
-        let inputs: Vec<PathBuf> = (0..Self::FILES)
-            .map(|i| {
-                let p = home.join(format!("in-{i}"));
-                let line = format!("input {i} of the cut upload\n");
-                std::fs::write(&p, line.repeat(1_500_000 / line.len())).unwrap();
-                p
-            })
-            .collect();
+        // 180 MB to go up.
+        let inputs = large_inputs(&home, Self::FILES, "cut upload");
         let mut g = s.connect(&token, &home, &[]);
         assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
         assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
@@ -500,14 +506,7 @@ fn a_link_cut_while_a_results_block_brings_its_files_appends_each_stderr_once() 
     std::fs::create_dir_all(home.join("out")).unwrap();
     std::fs::create_dir_all(home.join("again")).unwrap();
     // 1.5 MB outputs: the block takes a while to bring.
-    let inputs: Vec<PathBuf> = (0..JOBS)
-        .map(|i| {
-            let p = home.join(format!("in-{i}"));
-            let line = format!("input {i} of the cut fetch\n");
-            std::fs::write(&p, line.repeat(1_500_000 / line.len())).unwrap();
-            p
-        })
-        .collect();
+    let inputs = large_inputs(&home, JOBS, "cut fetch");
     let mut g = s.connect(&token, &home, &[]);
     assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
     assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
@@ -693,14 +692,7 @@ fn a_second_drop_while_resuming_loses_nothing() {
             p
         })
         .collect();
-    let large: Vec<PathBuf> = (0..FILES)
-        .map(|i| {
-            let p = home.join(format!("in-{i}"));
-            let line = format!("input {i} of the twice cut upload\n");
-            std::fs::write(&p, line.repeat(1_500_000 / line.len())).unwrap();
-            p
-        })
-        .collect();
+    let large = large_inputs(&home, FILES, "twice cut upload");
     let mut args = s.connect_args(&token, &[]);
     args[1] = format!("127.0.0.1:{}", proxy.port);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
