@@ -215,6 +215,20 @@ fn status_steps(sim: &SimProcess, batches: &[String]) {
     let old_line = CommandResult::Batches { server_time: states.server_time, groups }.into_encoded();
     let old = t.elapsed();
     drop(old_line);
+    // The reader alone (a sink that keeps nothing): what of the parse is
+    // the XML's and what is the answer's.
+    struct Discard;
+    impl reply::QueryBatch2Sink for Discard {
+        fn group(&mut self, _: usize) {}
+        fn job(&mut self, _: &str, _: &str) {}
+    }
+    let t = Instant::now();
+    let mut reader = QueryBatch2Reader::new(Discard);
+    for piece in body.chunks(64 << 10) {
+        reader.feed(piece);
+    }
+    reader.finish().unwrap();
+    let read_only = t.elapsed();
     // Now: the reply read as it arrives (in the 64 KiB pieces of an HTTP
     // body) into the compact answer, so only a piece of it is held besides it.
     let t = Instant::now();
@@ -230,13 +244,14 @@ fn status_steps(sim: &SimProcess, batches: &[String]) {
     // Until this change the result line was built whole and held (to
     // compare: its size, and the time to build it).
     let t = Instant::now();
-    let (whole_line, line_bytes, _) = held(|| {
+    let (whole_line, _, _) = held(|| {
         let mut line = Vec::new();
         answer.encode_into(&mut line);
         line
     });
     let build = t.elapsed();
     let fields = whole_line.split(|&b| b == b' ').count();
+    let line_bytes = whole_line.len();
     drop(whole_line);
     // The session's write: rendered a chunk at a time, each written as it is produced.
     let mut null = std::fs::File::create("/dev/null").unwrap();
@@ -251,7 +266,7 @@ fn status_steps(sim: &SimProcess, batches: &[String]) {
     println!(
         "status of {jobs} jobs, in-process: server {:.3} s for a {:.1} MB reply ({:.0} B/job); \
          before issue 21: parsed into {:.1} MB of structures ({:.0} B/job) then encoded, {:.3} s; \
-         now: parse {:.3} s, read as it arrives into a {:.1} MB compact answer ({:.1} B/job; {:.1} MB peak, the reply's pieces included); \
+         now: parse {:.3} s ({:.3} s of it the reader alone), read as it arrives into a {:.1} MB compact answer ({:.1} B/job; {:.1} MB peak, the reply's pieces included); \
          render+write to /dev/null in {} KiB chunks {:.3} s ({:.2} MB peak) of the {:.1} MB line ({fields} fields), \
          which until now was built whole ({:.3} s) and held",
         server.as_secs_f64(),
@@ -261,6 +276,7 @@ fn status_steps(sim: &SimProcess, batches: &[String]) {
         parsed_bytes as f64 / jobs.max(1) as f64,
         old.as_secs_f64(),
         parse.as_secs_f64(),
+        read_only.as_secs_f64(),
         mb(answer_bytes),
         answer_bytes as f64 / jobs.max(1) as f64,
         mb(parse_peak),

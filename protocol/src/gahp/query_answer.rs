@@ -117,11 +117,6 @@ impl QueryAnswer {
         self.server_time
     }
 
-    /// Bytes held (the compact form, not its rendering).
-    pub fn heap_bytes(&self) -> usize {
-        self.jobs.capacity() + self.groups.capacity() * 16 + self.statuses.iter().map(|s| s.len() + 16).sum::<usize>()
-    }
-
     /// Per batch, its (job, status) pairs; `None` if a batch announced
     /// another number of jobs than it listed (the line would not read
     /// back as an answer either).
