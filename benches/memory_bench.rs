@@ -22,11 +22,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gahp_actors::project::submit_pipeline::CompactBatch;
+use gahp_actors::result_queue::TAIL_CHUNK;
 use gahp_protocol::boinc::reply::QueryBatch2Reader;
 use gahp_protocol::boinc::{reply, request, SubmitJob, SubmitParams};
 use gahp_protocol::classad::Value;
-use gahp_protocol::gahp::reply::BatchesEncoder;
-use gahp_protocol::gahp::{AsyncCommand, BlahCommand, CommandResult, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
+use gahp_protocol::gahp::{
+    AsyncCommand, BlahCommand, CommandResult, InputFile, JobParams, JobSpec, QueryAnswerBuilder, ReqId, Request, SubmitBatch,
+};
 use gahp_protocol::Authenticator;
 use gahp_testkit::{blah_job_ad, GahpClient, SimProcess};
 
@@ -195,7 +197,8 @@ fn post(sim: &SimProcess, script: &str, xml: &str) -> Vec<u8> {
 
 /// What one status of all batches costs in the daemon's own code, step
 /// by step, measured here on the same functions: the reply's bytes, the
-/// parse, the result line built, and writing it.
+/// parse into the compact answer, and its line rendered and written in
+/// chunks as the session does.
 fn status_steps(sim: &SimProcess, batches: &[String]) {
     let Request::SelectProject { authenticator, .. } = sim.select() else { unreachable!() };
     let auth: Authenticator = authenticator;
@@ -212,51 +215,76 @@ fn status_steps(sim: &SimProcess, batches: &[String]) {
     let old_line = CommandResult::Batches { server_time: states.server_time, groups }.into_encoded();
     let old = t.elapsed();
     drop(old_line);
-    // Before the reply was streamed: the whole body read straight into the result line.
+    // The reader alone (a sink that keeps nothing): what of the parse is
+    // the XML's and what is the answer's.
+    struct Discard;
+    impl reply::QueryBatch2Sink for Discard {
+        fn group(&mut self, _: usize) {}
+        fn job(&mut self, _: &str, _: &str) {}
+    }
     let t = Instant::now();
-    let (line, line_bytes, line_peak) = held(|| {
-        let mut encoder = BatchesEncoder::with_capacity(body.len() / 4);
-        let server_time = reply::read_query_batch2(&body, &mut encoder).unwrap();
-        encoder.finish(server_time)
-    });
-    let whole = t.elapsed();
-    drop(line);
+    let mut reader = QueryBatch2Reader::new(Discard);
+    for piece in body.chunks(64 << 10) {
+        reader.feed(piece);
+    }
+    reader.finish().unwrap();
+    let read_only = t.elapsed();
     // Now: the reply read as it arrives (in the 64 KiB pieces of an HTTP
-    // body), so only a piece of it is held besides the result line.
+    // body) into the compact answer, so only a piece of it is held besides it.
     let t = Instant::now();
-    let (line, line_bytes_now, line_peak_now) = held(|| {
-        let mut reader = QueryBatch2Reader::new(BatchesEncoder::with_capacity(0));
+    let (answer, answer_bytes, parse_peak) = held(|| {
+        let mut reader = QueryBatch2Reader::new(QueryAnswerBuilder::new());
         for piece in body.chunks(64 << 10) {
             reader.feed(piece);
         }
-        let (encoder, server_time) = reader.finish().unwrap();
-        encoder.finish(server_time)
+        let (builder, server_time) = reader.finish().unwrap();
+        builder.finish(server_time)
     });
     let parse = t.elapsed();
-    let CommandResult::Encoded(line) = &line else { unreachable!() };
+    // Until this change the result line was built whole and held (to
+    // compare: its size, and the time to build it).
+    let t = Instant::now();
+    let (whole_line, _, _) = held(|| {
+        let mut line = Vec::new();
+        answer.encode_into(&mut line);
+        line
+    });
+    let build = t.elapsed();
+    let fields = whole_line.split(|&b| b == b' ').count();
+    let line_bytes = whole_line.len();
+    drop(whole_line);
+    // The session's write: rendered a chunk at a time, each written as it is produced.
     let mut null = std::fs::File::create("/dev/null").unwrap();
     let t = Instant::now();
-    null.write_all(line).unwrap();
+    let ((), _, write_peak) = held(|| {
+        let mut chunks = answer.chunks(TAIL_CHUNK);
+        while let Some(chunk) = chunks.next_chunk() {
+            null.write_all(chunk).unwrap();
+        }
+    });
     let write = t.elapsed();
     println!(
         "status of {jobs} jobs, in-process: server {:.3} s for a {:.1} MB reply ({:.0} B/job); \
-         before: parsed into {:.1} MB of structures ({:.0} B/job) then encoded, {:.3} s; \
-         the whole reply read into the {:.1} MB result line in {:.3} s ({:.1} MB held, {:.1} MB peak besides the reply); \
-         now, read as it arrives: parse {:.3} s ({:.1} MB held, {:.1} MB peak, the reply's pieces included), write to /dev/null {:.3} s",
+         before issue 21: parsed into {:.1} MB of structures ({:.0} B/job) then encoded, {:.3} s; \
+         now: parse {:.3} s ({:.3} s of it the reader alone), read as it arrives into a {:.1} MB compact answer ({:.1} B/job; {:.1} MB peak, the reply's pieces included); \
+         render+write to /dev/null in {} KiB chunks {:.3} s ({:.2} MB peak) of the {:.1} MB line ({fields} fields), \
+         which until now was built whole ({:.3} s) and held",
         server.as_secs_f64(),
         mb(body.len()),
         body.len() as f64 / jobs.max(1) as f64,
         mb(parsed_bytes),
         parsed_bytes as f64 / jobs.max(1) as f64,
         old.as_secs_f64(),
-        mb(line_bytes),
-        whole.as_secs_f64(),
-        mb(line_bytes),
-        mb(line_peak),
         parse.as_secs_f64(),
-        mb(line_bytes_now),
-        mb(line_peak_now),
-        write.as_secs_f64()
+        read_only.as_secs_f64(),
+        mb(answer_bytes),
+        answer_bytes as f64 / jobs.max(1) as f64,
+        mb(parse_peak),
+        TAIL_CHUNK >> 10,
+        write.as_secs_f64(),
+        mb(write_peak),
+        mb(line_bytes),
+        build.as_secs_f64(),
     );
 }
 

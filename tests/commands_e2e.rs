@@ -313,3 +313,48 @@ fn arguments_arrive_exactly_or_the_submit_is_refused() {
     }
     assert!(sim.batches_named("refused").is_empty(), "nothing was created");
 }
+
+/// A status line of many chunks (the daemon renders it 64 KiB at a time as
+/// it writes it) is, byte for byte, the line of its fields encoded whole:
+/// every job in order, nothing doubled or lost at a chunk's edge.
+#[test]
+fn a_large_status_line_is_written_whole_and_exact() {
+    use gahp_protocol::gahp::escape::split_args;
+    use gahp_protocol::gahp::CommandResult;
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut g = ready_gahp(&sim, dir.path());
+    let input = inputs(dir.path(), 1, "big").remove(0);
+    let names: Vec<String> = (0..8000).map(|k| format!("streamed#status#{k}.0")).collect();
+    let batch = SubmitBatch {
+        batch_name: "streamed".into(),
+        app_name: "uppercase".into(),
+        jobs: names
+            .iter()
+            .map(|n| JobSpec { name: n.clone(), args: vec![], inputs: vec![InputFile { src: input.clone(), dst_name: "in".into() }] })
+            .collect(),
+        params: JobParams::default(),
+    };
+    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(batch)), WAIT).unwrap(), ["NULL"]);
+
+    let id = g.reqid();
+    g.submit_async(&async_cmd(id, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec!["streamed".into()] })).unwrap();
+    let until = std::time::Instant::now() + WAIT;
+    while g.read_line_within(WAIT).unwrap() != b"R" {
+        assert!(std::time::Instant::now() < until);
+    }
+    g.send_raw(b"RESULTS\r\n").unwrap();
+    assert_eq!(g.read_line().unwrap(), b"S 1");
+    let line = g.read_line_within(WAIT).unwrap();
+    assert!(line.len() > 3 * (64 << 10), "{} bytes: not several chunks", line.len());
+
+    let fields: Vec<String> = split_args(&line).into_iter().map(|f| String::from_utf8(f).unwrap()).collect();
+    assert_eq!(fields[0], id.to_string());
+    assert_eq!(fields[1], "NULL");
+    assert_eq!(fields[3], "8000");
+    let jobs: Vec<(String, String)> = fields[4..].chunks(2).map(|p| (p[0].clone(), p[1].clone())).collect();
+    assert_eq!(jobs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(), names);
+    assert!(jobs.iter().all(|(_, s)| ["UNSENT", "IN_PROGRESS", "DONE", "ERROR"].contains(&s.as_str())), "{jobs:?}");
+    let whole = CommandResult::Batches { server_time: fields[2].parse().unwrap(), groups: vec![jobs] }.encode(ReqId(id));
+    assert_eq!(line, whole);
+}

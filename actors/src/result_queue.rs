@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use bytes::Bytes;
-use gahp_protocol::gahp::{CommandResult, ReqId};
+use gahp_protocol::gahp::query_answer::QueryAnswerChunks;
+use gahp_protocol::gahp::{CommandResult, QueryAnswer, ReqId};
 use rusqlite::params;
 use tokio::sync::oneshot;
 
@@ -50,14 +51,69 @@ pub type SessionId = Arc<str>;
 /// shared answer's tail is the one body every result of it points to.
 pub struct ResultLine {
     pub head: Vec<u8>,
-    pub tail: Bytes,
+    pub tail: Tail,
 }
 
 impl ResultLine {
     fn new(reqid: ReqId, result: CommandResult) -> Self {
+        let head = reqid.to_string().into_bytes();
         match result {
-            CommandResult::Encoded(args) => ResultLine { head: reqid.to_string().into_bytes(), tail: args },
-            other => ResultLine { head: other.encode(reqid), tail: Bytes::new() },
+            CommandResult::Encoded(args) => ResultLine { head, tail: Tail::Bytes(args) },
+            CommandResult::QueryAnswer(answer) => ResultLine { head, tail: Tail::Answer(answer) },
+            other => ResultLine { head: other.encode(reqid), tail: Tail::Bytes(Bytes::new()) },
+        }
+    }
+}
+
+/// The rest of a line after its head, shared by every result of one
+/// answer: bytes, or a status answer rendered only as it is written (the
+/// line of a million jobs, 19 MB, is never whole in memory).
+#[derive(Clone)]
+pub enum Tail {
+    Bytes(Bytes),
+    Answer(Arc<QueryAnswer>),
+}
+
+/// What the session renders a tail in: a chunk of at most about this
+/// (one job's fields more) is written at a time.
+pub const TAIL_CHUNK: usize = 64 << 10;
+
+impl Tail {
+    fn is_empty(&self) -> bool {
+        matches!(self, Tail::Bytes(b) if b.is_empty())
+    }
+
+    /// Its text in chunks (bytes: one chunk, as they are).
+    pub fn chunks(&self) -> TailChunks<'_> {
+        match self {
+            Tail::Bytes(b) => TailChunks::Bytes(Some(b)),
+            Tail::Answer(a) => TailChunks::Answer(a.chunks(TAIL_CHUNK)),
+        }
+    }
+
+    /// Its text whole: what a durable queue stores.
+    pub fn to_bytes(&self) -> Bytes {
+        match self {
+            Tail::Bytes(b) => b.clone(),
+            Tail::Answer(a) => {
+                let mut out = Vec::new();
+                a.encode_into(&mut out);
+                out.into()
+            }
+        }
+    }
+}
+
+pub enum TailChunks<'a> {
+    Bytes(Option<&'a [u8]>),
+    Answer(QueryAnswerChunks<'a>),
+}
+
+impl TailChunks<'_> {
+    pub fn next_chunk(&mut self) -> Option<&[u8]> {
+        match self {
+            TailChunks::Bytes(b) => b.take().filter(|b| !b.is_empty()),
+            TailChunks::Answer(a) => a.next_chunk(),
         }
     }
 }
@@ -72,7 +128,7 @@ pub struct ResultLines {
     /// Where each line's head ends in `text`.
     ends: Vec<usize>,
     /// The lines that have a tail: (line, tail), in line order.
-    tails: Vec<(usize, Bytes)>,
+    tails: Vec<(usize, Tail)>,
 }
 
 impl ResultLines {
@@ -84,7 +140,7 @@ impl ResultLines {
         self.ends.is_empty()
     }
 
-    fn push(&mut self, head: &[u8], tail: Bytes) {
+    fn push(&mut self, head: &[u8], tail: Tail) {
         if !tail.is_empty() {
             self.tails.push((self.ends.len(), tail));
         }
@@ -92,13 +148,13 @@ impl ResultLines {
         self.ends.push(self.text.len());
     }
 
-    /// Each line as its head and its tail.
-    pub fn iter(&self) -> impl Iterator<Item = [&[u8]; 2]> {
+    /// Each line as its head and its tail, if it has one.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<&Tail>)> {
         let mut tails = self.tails.iter().peekable();
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
         self.ends.iter().zip(starts).enumerate().map(move |(i, (&end, start))| {
-            let tail = tails.next_if(|(line, _)| *line == i).map_or(&[][..], |(_, t)| &t[..]);
-            [&self.text[start..end], tail]
+            let tail = tails.next_if(|(line, _)| *line == i).map(|(_, t)| t);
+            (&self.text[start..end], tail)
         })
     }
 }
@@ -132,7 +188,8 @@ enum Op {
         reqid: ReqId,
         session: Option<SessionId>,
         head: Vec<u8>,
-        tail: Bytes,
+        /// An answer is rendered when written, on the writer's thread.
+        tail: Tail,
     },
     /// Every result up to this one (a RESULTS takes all that are queued).
     DeleteUpTo(u64),
@@ -174,7 +231,7 @@ impl ResultQueue {
             let (seq, reqid) = (seq as u64, ReqId(reqid as u32));
             next_seq = seq + 1;
             queue.queued.insert(reqid, session.map(SessionId::from));
-            queue.ready.push(&head, Bytes::from(tail));
+            queue.ready.push(&head, Tail::Bytes(Bytes::from(tail)));
             queue.last_seq = seq;
         }
         if !queue.ready.is_empty() {
@@ -223,7 +280,7 @@ fn apply(c: &mut rusqlite::Connection, ops: &[Op]) -> rusqlite::Result<()> {
         for op in ops {
             match op {
                 Op::Put { seq, reqid, session, head, tail } => {
-                    put.execute(params![*seq as i64, i64::from(reqid.0), head, &tail[..], session.as_deref()])?;
+                    put.execute(params![*seq as i64, i64::from(reqid.0), head, &tail.to_bytes()[..], session.as_deref()])?;
                 }
                 Op::DeleteUpTo(last) => {
                     delete.execute([*last as i64])?;
@@ -395,7 +452,19 @@ mod tests {
     use super::*;
 
     fn text(lines: &ResultLines) -> Vec<String> {
-        lines.iter().map(|[head, tail]| format!("{}{}", String::from_utf8_lossy(head), String::from_utf8_lossy(tail))).collect()
+        lines
+            .iter()
+            .map(|(head, tail)| {
+                let mut line = head.to_vec();
+                if let Some(tail) = tail {
+                    let mut chunks = tail.chunks();
+                    while let Some(chunk) = chunks.next_chunk() {
+                        line.extend_from_slice(chunk);
+                    }
+                }
+                String::from_utf8_lossy(&line).into_owned()
+            })
+            .collect()
     }
 
     async fn complete(q: &Addr<ResultQueue>, ids: std::ops::RangeInclusive<u32>) {
@@ -414,11 +483,20 @@ mod tests {
         let mut lines = ResultLines::default();
         assert!(lines.is_empty() && lines.iter().next().is_none());
         let body = Bytes::from_static(b" shared body");
-        for (head, tail) in [("1 a", Bytes::new()), ("2", body.clone()), ("", Bytes::new()), ("4", body.clone()), ("5 e", Bytes::new())] {
+        let answer = Tail::Answer(Arc::new(QueryAnswer::from_groups(1.0, &[vec![("j 1".into(), "DONE".into())]])));
+        let none = || Tail::Bytes(Bytes::new());
+        for (head, tail) in [
+            ("1 a", none()),
+            ("2", Tail::Bytes(body.clone())),
+            ("", none()),
+            ("4", Tail::Bytes(body.clone())),
+            ("5 e", none()),
+            ("6", answer),
+        ] {
             lines.push(head.as_bytes(), tail);
         }
-        assert_eq!(lines.len(), 5);
-        assert_eq!(text(&lines), ["1 a", "2 shared body", "", "4 shared body", "5 e"]);
+        assert_eq!(lines.len(), 6);
+        assert_eq!(text(&lines), ["1 a", "2 shared body", "", "4 shared body", "5 e", "6 NULL 1.000000 1 j\\ 1 DONE"]);
     }
 
     #[test]
@@ -430,9 +508,14 @@ mod tests {
             complete(&q, 1..=3).await;
             assert_eq!(q.send(Drain).await.unwrap().len(), 3);
             complete(&q, 4..=5).await;
+            // A status answer, kept compact in memory, is stored rendered.
+            let groups = vec![vec![("a b".to_string(), "DONE".to_string())], vec![]];
+            let answer = CommandResult::QueryAnswer(Arc::new(QueryAnswer::from_groups(2.5, &groups)));
+            assert_eq!(q.send(Accept::new(ReqId(6))).await.unwrap(), Accepted::New);
+            q.send(Complete { reqid: ReqId(6), result: answer }).await.unwrap();
             // Stored a moment after they complete (a blocking thread writes).
             let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            while stored(&db) != 2 {
+            while stored(&db) != 3 {
                 assert!(std::time::Instant::now() < until, "{} stored", stored(&db));
                 tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
@@ -443,7 +526,7 @@ mod tests {
             assert_eq!(again.send(Accept::new(ReqId(1))).await.unwrap(), Accepted::New, "a taken result's id is free");
             // Their deletion is committed before the lines are handed out.
             let lines = again.send(Drain).await.unwrap();
-            assert_eq!(text(&lines), ["4 r4", "5 r5"]);
+            assert_eq!(text(&lines), ["4 r4", "5 r5", "6 NULL 2.500000 1 a\\ b DONE 0"]);
             assert_eq!(stored(&db), 0);
             assert!(text(&ResultQueue::durable(db.clone()).unwrap().ready).is_empty());
         });

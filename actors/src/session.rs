@@ -22,7 +22,7 @@ use crate::broker::sequences::PoolDispatchSequence;
 use crate::config::DaemonConfig;
 use crate::project::ProjectKey;
 use crate::projects::{Dispatch, DispatchSequence, Projects};
-use crate::result_queue::{Accept, Accepted, Drain, Notify, ResultQueue, SessionId, SetAsync, SetSession};
+use crate::result_queue::{Accept, Accepted, Drain, Notify, ResultQueue, SessionId, SetAsync, SetSession, Tail};
 use crate::runtime::Runtime;
 use crate::tenancy::Tenancy;
 
@@ -102,24 +102,13 @@ impl Session {
     /// into one buffer); nothing else writes in between, this actor being
     /// the only writer. A client that went away ends the daemon like EOF.
     /// A served client's lines name its batches and jobs as it does.
-    fn write_lines<'a>(&mut self, lines: impl IntoIterator<Item = [&'a [u8]; 2]>) {
+    fn write_lines<'a>(&mut self, lines: impl IntoIterator<Item = (&'a [u8], Option<&'a Tail>)>) {
         if self.ended {
             return;
         }
         let write = || -> io::Result<()> {
-            for [head, tail] in lines {
-                self.out.write_all(&self.prefix)?;
-                match &self.tenancy {
-                    None => {
-                        self.out.write_all(head)?;
-                        self.out.write_all(tail)?;
-                    }
-                    Some(t) => {
-                        self.out.write_all(&t.unname(head))?;
-                        self.out.write_all(&t.unname(tail))?;
-                    }
-                }
-                self.out.write_all(b"\n")?;
+            for (head, tail) in lines {
+                write_line(&mut self.out, &self.prefix, head, tail, self.tenancy.as_ref())?;
             }
             self.out.flush()
         };
@@ -177,7 +166,7 @@ impl Session {
 
     fn reply(&mut self, line: ReturnLine) {
         let bytes = line.encode();
-        self.write_lines([[bytes.as_slice(), &[]]]);
+        self.write_lines([(bytes.as_slice(), None)]);
     }
 
     fn handle_request(&mut self, req: Request, ctx: &mut Context<Self>) {
@@ -194,7 +183,7 @@ impl Session {
                 ctx.wait(self.queue.send(Drain).into_actor(self).map(|lines, act, _| {
                     let lines = lines.unwrap_or_default();
                     let header = ReturnLine::ResultsHeader(lines.len()).encode();
-                    act.write_lines(std::iter::once([header.as_slice(), &[][..]]).chain(lines.iter()));
+                    act.write_lines(std::iter::once((header.as_slice(), None)).chain(lines.iter()));
                 }));
             }
             Request::AsyncModeOn | Request::AsyncModeOff => {
@@ -319,6 +308,45 @@ impl Session {
     }
 }
 
+/// One line: prefix, head, tail, newline. A status answer's tail is
+/// rendered a chunk at a time ([`crate::result_queue::TAIL_CHUNK`]), each written and flushed
+/// as it is produced, so its line is never whole in memory. A served
+/// client's head and tail are each unnamed as a whole would be (its
+/// unnamer's pieces add up to that, a prefix cut across two chunks
+/// included).
+fn write_line(out: &mut dyn Write, prefix: &[u8], head: &[u8], tail: Option<&Tail>, tenancy: Option<&Tenancy>) -> io::Result<()> {
+    out.write_all(prefix)?;
+    match tenancy {
+        None => out.write_all(head)?,
+        Some(t) => out.write_all(&t.unname(head))?,
+    }
+    if let Some(tail) = tail {
+        let streamed = matches!(tail, Tail::Answer(_));
+        let mut unnamer = tenancy.map(Tenancy::unnamer);
+        let mut unnamed = Vec::new();
+        let mut chunks = tail.chunks();
+        while let Some(chunk) = chunks.next_chunk() {
+            match &mut unnamer {
+                None => out.write_all(chunk)?,
+                Some(u) => {
+                    unnamed.clear();
+                    u.feed(chunk, &mut unnamed);
+                    out.write_all(&unnamed)?;
+                }
+            }
+            if streamed {
+                out.flush()?;
+            }
+        }
+        if let Some(u) = unnamer {
+            unnamed.clear();
+            u.finish(&mut unnamed);
+            out.write_all(&unnamed)?;
+        }
+    }
+    out.write_all(b"\n")
+}
+
 impl StreamHandler<io::Result<Frame>> for Session {
     fn handle(&mut self, item: io::Result<Frame>, ctx: &mut Context<Self>) {
         match item {
@@ -440,5 +468,71 @@ impl Session {
         });
         runtime.queue.do_send(SetSession(session.clone().recipient()));
         Ok(session)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result_queue::TAIL_CHUNK;
+    use gahp_protocol::gahp::{CommandResult, QueryAnswer};
+
+    /// Keeps what is written and the largest single write.
+    #[derive(Default)]
+    struct Recorder {
+        bytes: Vec<u8>,
+        largest: usize,
+        flushes: usize,
+    }
+
+    impl Write for Recorder {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            self.largest = self.largest.max(b.len());
+            self.bytes.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.flushes += 1;
+            Ok(())
+        }
+    }
+
+    /// 20,000 jobs named as a served client's are on the project, some
+    /// needing escapes: a 0.5 MB line.
+    fn groups(prefix: &str) -> Vec<Vec<(String, String)>> {
+        (0..4).map(|b| (0..5000).map(|k| (format!("{prefix}b{b} job\\{k}"), "IN_PROGRESS".to_string())).collect()).collect()
+    }
+
+    #[test]
+    fn a_status_answer_is_written_in_bounded_chunks_as_the_line_it_always_was() {
+        let groups = groups("");
+        let answer = Arc::new(QueryAnswer::from_groups(1795000000.25, &groups));
+        let whole = CommandResult::Batches { server_time: 1795000000.25, groups }.encode(ReqId(42));
+        assert!(whole.len() > 6 * TAIL_CHUNK, "{}", whole.len());
+        let mut out = Recorder::default();
+        write_line(&mut out, b"PFX ", b"42", Some(&Tail::Answer(answer)), None).unwrap();
+        assert_eq!(out.bytes, [&b"PFX "[..], &whole, b"\n"].concat());
+        assert!(out.largest <= TAIL_CHUNK + 100, "a write of {} bytes", out.largest);
+        assert!(out.flushes > 6, "each chunk goes out as it is produced: {} flushes", out.flushes);
+    }
+
+    #[test]
+    fn a_served_clients_status_answer_never_shows_its_prefix_or_area_whatever_the_chunks() {
+        let t = Tenancy { client: "alice".into(), projects: vec![], files: "/srv/clients/alice/files".into() };
+        let mut groups = groups("alice~");
+        // The area in a name too (it can't come from a real reply: a name
+        // is the client's own, prefixed).
+        groups[1][7].0 = "/srv/clients/alice/files/x".into();
+        let answer = Arc::new(QueryAnswer::from_groups(1.5, &groups));
+        let whole = CommandResult::Batches { server_time: 1.5, groups }.encode(ReqId(9));
+        let mut out = Recorder::default();
+        write_line(&mut out, b"", b"9", Some(&Tail::Answer(answer)), Some(&t)).unwrap();
+        let mut expected = t.unname(&whole);
+        expected.push(b'\n');
+        assert_eq!(out.bytes, expected);
+        let text = String::from_utf8(out.bytes).unwrap();
+        assert!(!text.contains("alice~") && !text.contains("/srv/"));
+        assert_eq!(text.matches(" b1\\ job").count(), 4999);
+        assert!(out.largest <= TAIL_CHUNK + 100, "a write of {} bytes", out.largest);
     }
 }

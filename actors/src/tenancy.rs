@@ -201,25 +201,87 @@ impl Tenancy {
     /// no directory of this host). The line is escaped, so the area is
     /// looked for as escaped (a state directory with a space in it).
     pub fn unname(&self, line: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(line.len());
+        let mut unnamer = self.unnamer();
+        unnamer.feed(line, &mut out);
+        unnamer.finish(&mut out);
+        out
+    }
+
+    /// [`Tenancy::unname`] of a text handed over in pieces: the pieces'
+    /// outputs concatenate to exactly the unname of the whole text, however
+    /// it is cut (a prefix or the area cut across two pieces is removed).
+    pub fn unnamer(&self) -> Unnamer {
         let mut area = Vec::new();
         escape_into(format!("{}/", self.files.display()).as_bytes(), &mut area);
-        remove_all(&remove_all(line, self.prefix().as_bytes()), &area)
+        Unnamer { names: Remover::new(self.prefix().into_bytes()), area: Remover::new(area), between: Vec::new() }
     }
 }
 
-fn remove_all(line: &[u8], what: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(line.len());
-    let mut rest = line;
-    while let Some(at) = find(rest, what) {
-        out.extend_from_slice(&rest[..at]);
-        rest = &rest[at + what.len()..];
+/// Removes the client's prefix, then its area, from a text fed in pieces.
+pub struct Unnamer {
+    names: Remover,
+    area: Remover,
+    between: Vec<u8>,
+}
+
+impl Unnamer {
+    /// The next piece; what can be written of it so far is appended to `out`.
+    pub fn feed(&mut self, piece: &[u8], out: &mut Vec<u8>) {
+        self.between.clear();
+        self.names.feed(piece, &mut self.between);
+        self.area.feed(&self.between, out);
     }
-    out.extend_from_slice(rest);
-    out
+
+    /// The end of the text: the rest is appended to `out`.
+    pub fn finish(mut self, out: &mut Vec<u8>) {
+        self.between.clear();
+        self.names.finish(&mut self.between);
+        self.area.feed(&self.between, out);
+        self.area.finish(out);
+    }
+}
+
+/// Removes every occurrence of `what`, leftmost first and not overlapping,
+/// from a text fed in pieces: the last `what.len() - 1` bytes seen, which
+/// may begin an occurrence the next piece completes, are kept back. The
+/// leftmost whole occurrence in what is held is then also the leftmost in
+/// the whole text (one that starts earlier would end earlier), so the
+/// result is that of the whole text.
+struct Remover {
+    what: Vec<u8>,
+    held: Vec<u8>,
+}
+
+impl Remover {
+    fn new(what: Vec<u8>) -> Self {
+        Remover { what, held: Vec::new() }
+    }
+
+    fn feed(&mut self, piece: &[u8], out: &mut Vec<u8>) {
+        if self.what.is_empty() {
+            out.extend_from_slice(piece);
+            return;
+        }
+        self.held.extend_from_slice(piece);
+        let mut rest = &self.held[..];
+        while let Some(at) = find(rest, &self.what) {
+            out.extend_from_slice(&rest[..at]);
+            rest = &rest[at + self.what.len()..];
+        }
+        let sure = rest.len().saturating_sub(self.what.len() - 1);
+        out.extend_from_slice(&rest[..sure]);
+        let kept = self.held.len() - (rest.len() - sure);
+        self.held.drain(..kept);
+    }
+
+    fn finish(self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.held);
+    }
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
 
 /// `p` if it is relative and stays below where it starts.
@@ -282,6 +344,46 @@ mod tests {
         // An area with a space in its path appears escaped in a line.
         let spaced = Tenancy { files: "/srv/boinc gahp/clients/alice/files".into(), ..alice() };
         assert_eq!(spaced.unname(b"1 can't\\ open\\ /srv/boinc\\ gahp/clients/alice/files/out/err"), b"1 can't\\ open\\ out/err");
+    }
+
+    /// Every occurrence removed from the whole line at once: what `unname`
+    /// did before it took pieces.
+    fn remove_all(line: &[u8], what: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut rest = line;
+        while let Some(at) = rest.windows(what.len()).position(|w| w == what) {
+            out.extend_from_slice(&rest[..at]);
+            rest = &rest[at + what.len()..];
+        }
+        out.extend_from_slice(rest);
+        out
+    }
+
+    #[test]
+    fn a_line_unnamed_in_pieces_is_the_line_unnamed_whole() {
+        use rand::{Rng, SeedableRng};
+        let t = Tenancy { files: "/srv/a b/alice".into(), ..alice() };
+        let whole = |line: &[u8]| remove_all(&remove_all(line, b"alice~"), b"/srv/a\\ b/alice/");
+        // Parts of the prefix and the area, so that occurrences overlap,
+        // nest ("ali" "alice~" "ce~") and straddle every cut.
+        let atoms: [&[u8]; 13] =
+            [b"alice~", b"ali", b"ce~", b"/srv/a\\ b/", b"alice/", b"/srv/a\\ b/alice/", b"al", b"alice", b"~", b" ", b"x", b"\\", b"a"];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+        for _ in 0..2000 {
+            let line: Vec<u8> = (0..rng.gen_range(0..24)).flat_map(|_| atoms[rng.gen_range(0..atoms.len())].iter().copied()).collect();
+            let expected = whole(&line);
+            assert_eq!(t.unname(&line), expected);
+            let mut out = Vec::new();
+            let mut unnamer = t.unnamer();
+            let mut rest = &line[..];
+            while !rest.is_empty() {
+                let (piece, after) = rest.split_at(rng.gen_range(1..=rest.len().min(9)));
+                unnamer.feed(piece, &mut out);
+                rest = after;
+            }
+            unnamer.finish(&mut out);
+            assert_eq!(out, expected, "{}", String::from_utf8_lossy(&line));
+        }
     }
 
     #[test]

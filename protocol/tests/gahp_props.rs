@@ -12,8 +12,8 @@ use proptest::prelude::*;
 use gahp_protocol::gahp::escape::{join_args, split_args};
 use gahp_protocol::gahp::request::{format, parse};
 use gahp_protocol::gahp::{
-    AsyncCommand, FetchMode, FetchOutput, Frame, InputFile, JobParams, JobSpec, LineFramer, OutputSpec, ParamValue, ReqId, Request,
-    SubmitBatch,
+    AsyncCommand, CommandResult, FetchMode, FetchOutput, Frame, InputFile, JobParams, JobSpec, LineFramer, OutputSpec, ParamValue, ReqId,
+    Request, SubmitBatch,
 };
 use gahp_protocol::Authenticator;
 
@@ -367,5 +367,44 @@ proptest! {
         let mut buf = BytesMut::from(&input[..]);
         prop_assert_eq!(framer.next_frame(&mut buf), Some(Frame::Line(line)));
         prop_assert!(buf.is_empty());
+    }
+}
+
+// ---- a status answer rendered in chunks ---------------------------------
+
+/// Names and statuses biased toward what escaping changes.
+fn field() -> impl Strategy<Value = String> {
+    prop::collection::vec(
+        prop_oneof![4 => Just('a'), 2 => Just(' '), 2 => Just('\\'), 1 => Just('\n'), 1 => Just('\0'), 1 => Just('é'), 1 => any::<char>()],
+        0..12,
+    )
+    .prop_map(|c| c.into_iter().collect())
+}
+
+proptest! {
+    /// The compact answer's chunks, of any size, concatenate to exactly
+    /// the line the answer encoded whole has always been, and none is
+    /// larger than the size asked plus one job's fields.
+    #[test]
+    fn a_query_answer_in_chunks_is_the_whole_line(
+        groups in prop::collection::vec(prop::collection::vec((field(), prop_oneof![Just("DONE".to_string()), Just("IN_PROGRESS".to_string()), field()]), 0..20), 0..6),
+        server_time in prop_oneof![Just(0.0), Just(1795000000.25), any::<f64>()],
+        size in 1usize..300,
+    ) {
+        use gahp_protocol::gahp::QueryAnswer;
+        let whole = CommandResult::Batches { server_time, groups: groups.clone() }.encode(ReqId(7));
+        let answer = QueryAnswer::from_groups(server_time, &groups);
+        let mut line = b"7".to_vec();
+        let mut chunks = answer.chunks(size);
+        // The head, then at most one job's fields or one batch's size past `size`.
+        let head = format!(" NULL {:.6}", if server_time.is_finite() { server_time } else { 0.0 }).len();
+        let widest = groups.iter().flatten().map(|(j, s)| 2 + 2 * (j.len() + s.len())).max().unwrap_or(0).max(21);
+        while let Some(chunk) = chunks.next_chunk() {
+            prop_assert!(!chunk.is_empty());
+            prop_assert!(chunk.len() < size + head + widest, "{} bytes for {}", chunk.len(), size);
+            line.extend_from_slice(chunk);
+        }
+        prop_assert_eq!(&line, &whole);
+        prop_assert_eq!(answer.groups(), Some(groups));
     }
 }

@@ -2,8 +2,9 @@
 //! (same batches, same min_mod_time) share one query_batch2 RPC while it is
 //! in flight, and reuse its answer for `query_coalesce` afterwards, so a
 //! storm of identical queries costs one RPC per poll interval. The answer
-//! is encoded once, as the reply is read, and its bytes shared by every
-//! result of the storm.
+//! is kept compactly as the reply is read (`QueryAnswer`), shared by every
+//! result of the storm, and rendered into each result line only as the
+//! session writes it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,8 +13,7 @@ use std::time::Instant;
 use actix::prelude::*;
 use gahp_protocol::boinc::reply::QueryBatch2Reader;
 use gahp_protocol::boinc::{request, Script};
-use gahp_protocol::gahp::reply::BatchesEncoder;
-use gahp_protocol::gahp::CommandResult;
+use gahp_protocol::gahp::{CommandResult, QueryAnswerBuilder};
 use tokio::sync::oneshot;
 
 use crate::config::DaemonConfig;
@@ -112,19 +112,19 @@ async fn query_batch2(
     let asked = if widen && min_mod_time > 0.0 { (min_mod_time.floor() - 1.0).max(0.0) } else { min_mod_time };
     let wanted = batches.len();
     let xml = request::query_batch2(auth, asked, &batches);
-    match rpc.idempotent_streamed(Script::SubmitRpcHandler, xml, encode_query_batch2, deadline).await {
-        Ok((encoder, server_time)) if encoder.groups() == wanted => encoder.finish(server_time),
-        Ok((encoder, _)) => {
-            let groups = encoder.groups();
+    match rpc.idempotent_streamed(Script::SubmitRpcHandler, xml, answer_reader, deadline).await {
+        Ok((answer, server_time)) if answer.groups() == wanted => CommandResult::QueryAnswer(Arc::new(answer.finish(server_time))),
+        Ok((answer, _)) => {
+            let groups = answer.groups();
             CommandResult::Error(format!("error querying batch: -1 the server answered for {groups} batches, {wanted} were asked"))
         }
         Err(e) => CommandResult::Error(auth.redact_in(&format!("error querying batch: {e}"))),
     }
 }
 
-/// A query_batch2 reply read into its result line as it arrives (neither
-/// the reply nor a per-job structure is held whole); the line is the
+/// A query_batch2 reply read into its compact answer as it arrives
+/// (neither the reply nor a per-job structure is held whole); it is the
 /// answer once the whole reply has come and read as one.
-fn encode_query_batch2() -> Box<dyn StreamedReply<Output = (BatchesEncoder, f64)>> {
-    Box::new(QueryBatch2Reader::new(BatchesEncoder::with_capacity(0)))
+fn answer_reader() -> Box<dyn StreamedReply<Output = (QueryAnswerBuilder, f64)>> {
+    Box::new(QueryBatch2Reader::new(QueryAnswerBuilder::new()))
 }

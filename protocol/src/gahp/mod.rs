@@ -10,6 +10,7 @@ pub mod blah;
 pub mod error_text;
 pub mod escape;
 pub mod framing;
+pub mod query_answer;
 pub mod reply;
 pub mod reqid;
 pub mod request;
@@ -17,6 +18,7 @@ pub mod sequence;
 
 pub use blah::{BlahCommand, BlahResult};
 pub use framing::{Frame, LineFramer};
+pub use query_answer::{QueryAnswer, QueryAnswerBuilder};
 pub use reply::{CommandResult, ReturnLine, BANNER, COMMANDS};
 pub use request::{
     AsyncCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ParamValue, ParseError, ReqId, Request, SubmitBatch,

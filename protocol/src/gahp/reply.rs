@@ -3,11 +3,13 @@
 //! session adds both).
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use super::blah::BlahResult;
 use super::error_text::truncate;
 pub use super::error_text::MAX_ERROR_LEN;
 use super::escape::{escape_into, join_args, split_args};
+use super::query_answer::QueryAnswer;
 use super::reqid::ReqId;
 
 /// The banner (§1.3), also the `VERSION` reply after `S `. Spaces inside
@@ -98,9 +100,12 @@ pub enum CommandResult {
     /// Any `BLAH_*` command.
     Blah(BlahResult),
     /// The arguments already encoded (each escaped, each after a space),
-    /// shared by every request with the same answer: a storm of identical
-    /// queries holds one body however many results wait to be read.
+    /// shared by every request with the same answer.
     Encoded(bytes::Bytes),
+    /// A QUERY_BATCHES answer kept compactly, rendered when written;
+    /// shared by every request with the same answer: a storm of identical
+    /// queries holds one answer however many results wait to be read.
+    QueryAnswer(Arc<QueryAnswer>),
 }
 
 impl CommandResult {
@@ -130,7 +135,7 @@ impl CommandResult {
     /// fields are not the BOINC_* ones, stays as it is).
     pub fn into_encoded(self) -> CommandResult {
         match self {
-            CommandResult::Blah(_) | CommandResult::Encoded(_) => self,
+            CommandResult::Blah(_) | CommandResult::Encoded(_) | CommandResult::QueryAnswer(_) => self,
             other => {
                 let mut args = Vec::new();
                 other.encode_args(&mut args);
@@ -139,14 +144,15 @@ impl CommandResult {
         }
     }
 
-    /// The answer of a BOINC_QUERY_BATCHES, structured or already encoded
-    /// (the batch monitor shares one encoded body among all who asked): the
+    /// The answer of a BOINC_QUERY_BATCHES, structured, compact or already
+    /// encoded (the batch monitor shares one compact answer among all who asked): the
     /// server time and, per batch, its (job, status) pairs. `None` for any
     /// other result or an encoding that is not such an answer.
     #[allow(clippy::type_complexity)]
     pub fn batches(&self) -> Option<(f64, Vec<Vec<(String, String)>>)> {
         match self {
             CommandResult::Batches { server_time, groups } => Some((*server_time, groups.clone())),
+            CommandResult::QueryAnswer(answer) => Some((answer.server_time(), answer.groups()?)),
             CommandResult::Encoded(args) => {
                 // ` NULL <server_time> {<n> {<job> <status>}*n}*`
                 let fields = split_args(args.strip_prefix(b" ")?);
@@ -197,83 +203,16 @@ impl CommandResult {
                 arg(seconds(*cpu_time).as_bytes());
             }
             CommandResult::Encoded(args) => out.extend_from_slice(args),
+            CommandResult::QueryAnswer(answer) => answer.encode_into(out),
             // Encoded by `encode`: its fields are not the BOINC_* ones.
             CommandResult::Blah(_) => {}
         }
     }
 }
 
-/// A BOINC_QUERY_BATCHES answer encoded as the query_batch2 reply is
-/// read, job by job: the bytes `CommandResult::Batches { .. }.into_encoded()`
-/// holds, without the (name, status) Strings in between (about 96 bytes a
-/// job against 19 for its encoding).
-pub struct BatchesEncoder {
-    /// [`HEAD_ROOM`] bytes for ` NULL <server_time>`, known at the end, then the groups.
-    out: Vec<u8>,
-    groups: usize,
-}
-
-/// Room kept at the front for ` NULL <server_time>` (a longer head is
-/// copied in front instead).
-const HEAD_ROOM: usize = 40;
-
-impl BatchesEncoder {
-    /// `capacity`: the expected length of the encoding.
-    pub fn with_capacity(capacity: usize) -> Self {
-        let mut out = Vec::with_capacity(HEAD_ROOM + capacity);
-        out.resize(HEAD_ROOM, b' ');
-        BatchesEncoder { out, groups: 0 }
-    }
-
-    /// The next batch, of `size` jobs.
-    pub fn group(&mut self, size: usize) {
-        self.groups += 1;
-        self.out.push(b' ');
-        self.out.extend_from_slice(size.to_string().as_bytes());
-    }
-
-    /// A job of the batch begun last.
-    pub fn job(&mut self, name: &str, status: &str) {
-        self.out.push(b' ');
-        escape_into(name.as_bytes(), &mut self.out);
-        self.out.push(b' ');
-        escape_into(status.as_bytes(), &mut self.out);
-    }
-
-    /// Batches begun so far.
-    pub fn groups(&self) -> usize {
-        self.groups
-    }
-
-    /// The answer, as [`CommandResult::Encoded`].
-    pub fn finish(mut self, server_time: f64) -> CommandResult {
-        let mut head = Vec::new();
-        CommandResult::Ok.encode_args(&mut head);
-        head.push(b' ');
-        escape_into(seconds(server_time).as_bytes(), &mut head);
-        if head.len() > HEAD_ROOM {
-            head.extend_from_slice(&self.out[HEAD_ROOM..]);
-            return CommandResult::Encoded(head.into());
-        }
-        let start = HEAD_ROOM - head.len();
-        self.out[start..HEAD_ROOM].copy_from_slice(&head);
-        self.out.shrink_to_fit();
-        CommandResult::Encoded(bytes::Bytes::from(self.out).slice(start..))
-    }
-}
-
-impl crate::boinc::reply::QueryBatch2Sink for BatchesEncoder {
-    fn group(&mut self, batch_size: usize) {
-        BatchesEncoder::group(self, batch_size);
-    }
-    fn job(&mut self, name: &str, status: &str) {
-        BatchesEncoder::job(self, name, status);
-    }
-}
-
 /// C's `%f`. A non-finite value (a bug upstream) is written as 0 so the
 /// client still gets a number.
-fn seconds(v: f64) -> String {
+pub(crate) fn seconds(v: f64) -> String {
     let v = if v.is_finite() { v } else { 0.0 };
     format!("{v:.6}")
 }
@@ -293,6 +232,7 @@ fn sanitize_message(message: &str) -> Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::query_answer::QueryAnswerBuilder;
     use super::*;
 
     fn text(bytes: Vec<u8>) -> String {
@@ -383,17 +323,17 @@ mod tests {
         let groups: Vec<Vec<(String, String)>> =
             states.batches.into_iter().map(|g| g.into_iter().map(|j| (j.name, j.status)).collect()).collect();
         let built = CommandResult::Batches { server_time: states.server_time, groups }.into_encoded();
-        for capacity in [0, 1 << 10] {
-            let mut encoder = BatchesEncoder::with_capacity(capacity);
-            let server_time = read_query_batch2(body.as_bytes(), &mut encoder).unwrap();
-            assert_eq!(encoder.groups(), 3);
-            assert_eq!(encoder.finish(server_time), built);
-        }
-        // A head longer than the room kept for it.
-        let mut encoder = BatchesEncoder::with_capacity(0);
-        encoder.group(1);
-        encoder.job("j", "DONE");
-        assert_eq!(text(encoder.finish(1e60).encode(ReqId(3))), format!("3 NULL {:.6} 1 j DONE", 1e60));
+        let mut builder = QueryAnswerBuilder::new();
+        let server_time = read_query_batch2(body.as_bytes(), &mut builder).unwrap();
+        assert_eq!(builder.groups(), 3);
+        let answer = CommandResult::QueryAnswer(Arc::new(builder.finish(server_time)));
+        assert_eq!(answer.encode(ReqId(4)), built.encode(ReqId(4)));
+        // A head of any length.
+        let mut builder = QueryAnswerBuilder::new();
+        builder.group(1);
+        builder.job("j", "DONE");
+        let answer = CommandResult::QueryAnswer(Arc::new(builder.finish(1e60)));
+        assert_eq!(text(answer.encode(ReqId(3))), format!("3 NULL {:.6} 1 j DONE", 1e60));
     }
 
     #[test]
@@ -405,7 +345,10 @@ mod tests {
         ];
         let answer = CommandResult::Batches { server_time: 1795000000.5, groups: groups.clone() };
         assert_eq!(answer.batches(), Some((1795000000.5, groups.clone())));
-        assert_eq!(answer.into_encoded().batches(), Some((1795000000.5, groups)));
+        assert_eq!(answer.clone().into_encoded().batches(), Some((1795000000.5, groups.clone())));
+        let compact = CommandResult::QueryAnswer(Arc::new(QueryAnswer::from_groups(1795000000.5, &groups)));
+        assert_eq!(compact.batches(), Some((1795000000.5, groups)));
+        assert_eq!(compact.encode(ReqId(2)), answer.encode(ReqId(2)));
         assert_eq!(CommandResult::Ok.into_encoded().batches(), None);
         assert_eq!(CommandResult::Encoded(bytes::Bytes::from_static(b" NULL 1.0 2 a DONE")).batches(), None, "a group cut short");
     }
