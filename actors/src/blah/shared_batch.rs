@@ -268,6 +268,19 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_batch_names_no_client_and_is_a_name_a_job_id_may_hold() {
+        use crate::blah::map::JobId;
+        use crate::blah::store::shared_batch_name;
+        let name = shared_batch_name("alice~blah#home_bl_a_1.0_1#1", &participant("alice~", "0123456789ab"));
+        assert!(name.starts_with("blah#shared-") && !name.contains("alice"), "{name}");
+        // As a client sends it back (its own prefix added): still an id.
+        let id = format!("boinc/0123456789ab/bob~{name}/bob~blah#home_bl_b_1.0_1#1");
+        assert!(JobId::parse(&id).is_some(), "{id}");
+        // The stdio daemon's batches keep their first job's name.
+        assert_eq!(shared_batch_name("blah#d#1", &participant("", "0123456789ab")), "blah#d#1");
+    }
+
+    #[test]
     fn a_participants_own_batch_name_is_its_own() {
         let a = own_batch_name("alice~blah#d#1", &participant("bob~", "0123456789ab"));
         assert_eq!(a, "bob~0123456789ab#alice~blah#d#1");

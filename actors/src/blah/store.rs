@@ -269,15 +269,16 @@ impl Gathering {
 /// The name of a batch opened by `job`: the job's own, except for a client
 /// of `serve` (a participant whose names have a prefix), where other
 /// clients' jobs may join it and see its name in their ids: there it
-/// names no client (`blah-batch#` and the job name's MD5; a client's names
-/// all begin with its prefix, so none can take it).
+/// names no client (`blah#shared-` and the job name's MD5, a name a job id
+/// may hold; a client's names all begin with its prefix, so none can
+/// take it).
 pub fn shared_batch_name(job: &str, participant: &str) -> String {
     use md5::{Digest, Md5};
     if participant.starts_with('\n') || !participant.contains('\n') {
         return job.to_string();
     }
     let hex: String = Md5::digest(job.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    format!("blah-batch#{hex}")
+    format!("{}shared-{hex}", crate::blah::map::BATCH_PREFIX)
 }
 
 /// One attempt of one job.
