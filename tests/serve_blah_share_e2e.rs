@@ -73,7 +73,6 @@ fn sim_batches(sim: &Sim) -> Vec<(String, Vec<String>)> {
 }
 
 /// Every RPC the project answered, by endpoint, summed.
-#[allow(dead_code)]
 fn sim_rpcs(sim: &Sim) -> u64 {
     sim.state()["rpc_counts"].as_object().unwrap().values().filter_map(|v| v.as_u64()).sum()
 }
@@ -264,4 +263,48 @@ fn kill_9_of_serve_while_a_shared_batch_is_submitted_makes_every_job_once() {
     let mut want: Vec<String> = names.iter().flat_map(|n| (0..2).map(move |i| format!("{n}~blah#home_bl_{n}_{i}.0_1#1"))).collect();
     want.sort();
     assert_eq!(all, want, "every job once: {batches:?}");
+}
+
+/// The measure of BENCHMARKS.md: 20 clients of 5 jobs each through one
+/// serve, all within one window: the BOINC batches and RPCs they cost
+/// (printed), every job completed.
+#[test]
+fn twenty_clients_of_five_jobs_cost_one_batch() {
+    const CLIENTS: usize = 20;
+    const JOBS: usize = 5;
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let names: Vec<String> = (0..CLIENTS).map(|i| format!("c{i:02}")).collect();
+    let token: Vec<PathBuf> = names.iter().map(|n| add_client(dir.path(), &tokens, &sim, n)).collect();
+    let config = serve_config(dir.path(), 10.0);
+    let s = serve_with(dir.path(), &tokens, &["--config", config.to_str().unwrap()], &["--insecure-loopback"]);
+    let mut clients: Vec<Client> = names.iter().zip(&token).map(|(n, t)| connect(&s, t, n, dir.path())).collect();
+    let started = Instant::now();
+    for i in 0..JOBS {
+        for c in &mut clients {
+            c.submit(dir.path(), i);
+        }
+    }
+    let submitted = started.elapsed();
+    for c in &mut clients {
+        c.all_complete();
+    }
+    let batches = sim_batches(&sim);
+    let until = Instant::now() + WAIT;
+    while sim.state()["batches"].as_array().unwrap().iter().any(|b| b["state"].as_i64() != Some(4)) {
+        assert!(Instant::now() < until, "not every batch was retired: {}", sim.state()["batches"]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let rpcs = sim_rpcs(&sim);
+    let jobs = (CLIENTS * JOBS) as f64;
+    println!(
+        "share bench: {CLIENTS} clients x {JOBS} jobs (submitted in {:.1} s): {} BOINC batches, {rpcs} RPCs, {:.2} RPCs/job; {}",
+        submitted.as_secs_f64(),
+        batches.len(),
+        rpcs as f64 / jobs,
+        sim.state()["rpc_counts"]
+    );
+    assert_eq!(batches.len(), 1, "{batches:?}");
+    assert_eq!(batches[0].1.len(), CLIENTS * JOBS);
 }
