@@ -697,6 +697,60 @@ mod tests {
     }
 
     #[test]
+    fn participants_of_one_account_gather_together_and_a_shared_batch_is_remembered_until_its_jobs_go() {
+        // Two clients' databases, one gathering (as under serve).
+        let (a, b) = (
+            StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap(),
+            StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap(),
+        );
+        let g = Gathering::new(Duration::from_secs(3600), 10);
+        let (pa, pb) = ("alice~\nk1", "bob~\nk2");
+        let claim = |db: &StateDb, dir: &str, prefix: &str, p: &str| {
+            let mut out = None;
+            db.with_conn(|c| {
+                out = Some(claim_attempt(c, dir, "k", "[ ]", None, Some((&g, "acct\napp", p)), prefix)?);
+                Ok(())
+            })
+            .unwrap();
+            out.unwrap()
+        };
+        let (_, batch, first) = claim(&a, "d1", "alice~", pa);
+        assert_eq!(batch, shared_batch_name(&first, pa));
+        assert!(batch.starts_with("blah#shared-") && !batch.contains("alice"), "{batch}");
+        assert_eq!(claim(&b, "d2", "bob~", pb).1, batch, "bob's job joins alice's batch");
+        assert_eq!(claim(&a, "d3", "alice~", pa).1, batch);
+        assert_eq!(g.participants(&batch), Some(vec![pa.to_string(), pb.to_string()]), "the opener first, each once");
+        b.with_conn(|c| {
+            let members = close_batch(c, &g, &batch)?;
+            assert_eq!(members.len(), 1, "bob reads only his own");
+            assert!(batch_shared(c, &batch)?);
+            assert!(!opened_batch(c, &batch, "k", pb)?, "bob did not open it");
+            Ok(())
+        })
+        .unwrap();
+        a.with_conn(|c| {
+            assert_eq!(close_batch(c, &g, &batch)?.len(), 2);
+            assert!(opened_batch(c, &batch, "k", pa)?, "alice's first job named it");
+            Ok(())
+        })
+        .unwrap();
+        // Closed: the next job opens another; once started, no participants.
+        assert_ne!(claim(&b, "d4", "bob~", pb).1, batch);
+        g.started(&batch);
+        assert_eq!(g.participants(&batch), None);
+        // The row goes with the last job of the batch.
+        b.with_conn(|c| {
+            let bobs = "bob~blah#d2#1";
+            set_phase(c, bobs, Phase::Final, Some(4), Some("[ ]".into()))?;
+            c.execute("UPDATE blah_jobs SET updated = 0 WHERE batch = ?1", [bobs])?;
+            prune(c, 100.0)?;
+            assert!(!batch_shared(c, &batch)?);
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
     fn jobs_gather_into_one_batch_until_it_closes_or_fills() {
         let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
         let g = Gathering::new(Duration::from_secs(3600), 3);
