@@ -263,6 +263,13 @@ fn kill_9_of_serve_while_a_shared_batch_is_submitted_makes_every_job_once() {
     let mut want: Vec<String> = names.iter().flat_map(|n| (0..2).map(move |i| format!("{n}~blah#home_bl_{n}_{i}.0_1#1"))).collect();
     want.sort();
     assert_eq!(all, want, "every job once: {batches:?}");
+    let log = s.log_text();
+    let alone = log.lines().filter(|l| l.contains("submitting them in a batch of their own")).count();
+    // The opener (ann) filled the shared batch, left empty by the kill;
+    // the others found none of theirs in it and made their own.
+    assert_eq!((batches.len(), alone), (3, 2), "{batches:?}");
+    let anns = batches.iter().find(|(name, _)| *name == first[0].0).map(|(_, jobs)| jobs.clone()).unwrap_or_default();
+    assert!(anns.len() == 2 && anns.iter().all(|j| j.starts_with("ann~")), "{batches:?}");
 }
 
 /// The measure of BENCHMARKS.md: 20 clients of 5 jobs each through one
