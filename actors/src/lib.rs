@@ -17,7 +17,8 @@
 //!                                     delivery, abort, upkeep, sequences), map (ad ->
 //!                                     BOINC), placement (ad -> a pool's PlaceJob),
 //!                                     sequence (ad -> work sequence), outputs,
-//!                                     batch_zip, store (its tables)
+//!                                     batch_zip, store (its tables), shared_batch
+//!                                     (one BOINC batch for several clients' jobs)
 //! ───────────────────────────────────────────────────────────────────────────────────
 //! multi-project    broker/            a pool of projects as one: pools (placement and
 //!                                     routing), sequences (a pool's sequences, and the

@@ -77,13 +77,20 @@ impl Runtime {
     /// Starts the actors on an opened state; call inside a running actix
     /// System.
     pub fn on(state: OpenedState) -> io::Result<Runtime> {
+        let gathering = Gathering::new(state.config.blah.batch_window, state.config.blah.batch_max_jobs);
+        Self::gathering_with(state, gathering)
+    }
+
+    /// As [`Runtime::on`], its BLAH jobs gathering into BOINC batches with
+    /// those of every runtime handed the same `gathering` (the clients of
+    /// one `serve`; jobs of one account share batches).
+    pub fn gathering_with(state: OpenedState, gathering: Gathering) -> io::Result<Runtime> {
         let OpenedState { config, db, queue } = state;
         let stager = FileStager::new(db.clone(), config.hash_threads).start();
         let queue = queue.start();
         let projects = Projects::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();
         let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
         projects.do_send(SetPools(PoolLink::to(pools.clone())));
-        let gathering = Gathering::new(config.blah.batch_window, config.blah.batch_max_jobs);
         let blah =
             BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, BlahStore::new(db, gathering)?, pools.clone()).start();
         Ok(Runtime { config, queue, projects, pools, blah })

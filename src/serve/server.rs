@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
+use gahp_actors::blah::store::Gathering;
 use gahp_actors::broker::pool::Pool;
 use gahp_actors::result_queue::SessionId;
 use gahp_actors::runtime::{OpenedState, Runtime};
@@ -88,6 +89,9 @@ struct Shared {
     open: Cell<usize>,
     /// The tokens file as last read, and when it was written then.
     tokens: RefCell<(Option<SystemTime>, Rc<TokensFile>)>,
+    /// The BOINC batches gathering BLAH jobs, one for every client: jobs
+    /// of clients on one account share batches (`blah::shared_batch`).
+    gathering: Gathering,
 }
 
 /// The `S`/`E` answer to the `AUTH` line, with the reason in words.
@@ -150,7 +154,7 @@ impl Shared {
         })
         .await;
         self.opening.borrow_mut().remove(&client.name);
-        let runtime = Runtime::on(opened.map_err(io::Error::other)??)?;
+        let runtime = Runtime::gathering_with(opened.map_err(io::Error::other)??, self.gathering.clone())?;
         let tenancy = Tenancy { client: client.name.clone(), projects: projects_of(client), files };
         tracing::info!(client = %client.name, "started the client's runtime");
         self.tenants
@@ -211,12 +215,14 @@ fn owner_only(_: &Path) -> io::Result<()> {
 
 /// Accepts connections until the process ends; call inside the actix System.
 pub async fn run(server: Server, listener: TcpListener) {
+    let gathering = Gathering::new(server.base.blah.batch_window, server.base.blah.batch_max_jobs);
     let shared = Rc::new(Shared {
         server,
         tenants: RefCell::default(),
         opening: RefCell::default(),
         open: Cell::new(0),
         tokens: RefCell::new((None, Rc::new(TokensFile::default()))),
+        gathering,
     });
     let (clients, keep) = (shared.server.base.state_dir.join("clients"), shared.server.keep_files);
     actix_rt::spawn(async move {

@@ -29,6 +29,7 @@ use crate::blah::outputs::held_ad;
 use crate::blah::placement::pool_placement;
 use crate::blah::project::{BlahProject, Cancel, Delivered, Ping, Status, Track};
 use crate::blah::sequence;
+use crate::blah::shared_batch;
 use crate::blah::store::{self, BlahStore};
 use crate::broker::pools::Pools;
 use crate::config::DaemonConfig;
@@ -47,6 +48,10 @@ pub struct BlahJobs {
     /// Projects jobs were submitted to: key -> (URL, authenticator file).
     known: HashMap<String, (String, PathBuf)>,
     running: HashMap<String, Addr<BlahProject>>,
+    /// Project key -> its URL and account: jobs of one account (whatever
+    /// file holds its key, whichever client of `serve` submits them) share
+    /// batches.
+    accounts: HashMap<String, String>,
     /// Submits and statuses in progress (a trace of the pacing).
     waiting: Waiting,
 }
@@ -69,6 +74,7 @@ impl BlahJobs {
             pools,
             known: HashMap::new(),
             running: HashMap::new(),
+            accounts: HashMap::new(),
             waiting: Waiting::default(),
         }
     }
@@ -93,6 +99,7 @@ impl BlahJobs {
         let auth = crate::config::read_authenticator_file(&file)
             .map_err(|e| format!("{e}: put the BOINC account key in it, then condor_release the job"))?;
         let key = ProjectKey::new(&url, auth);
+        self.accounts.insert(pkey.to_string(), format!("{}\n{}", key.url, key.account()));
         let actor = BlahProject::new(
             pkey.to_string(),
             key,
@@ -161,27 +168,27 @@ impl BlahJobs {
         if let Some(place) = pool_placement(ad, &self.config.blah) {
             let (pools, store, me) = (self.pools.clone(), self.store.clone(), ctx.address());
             return Box::pin(async move {
-                let (pkey, held) = match pools.send(place).await {
-                    Ok(Ok(choice)) => me
-                        .send(Learn(choice.url, choice.authenticator_file))
-                        .await
-                        .unwrap_or_else(|_| (UNCONFIGURED.to_string(), Some("internal error: the BLAH front end stopped".into()))),
-                    Ok(Err(reason)) => (UNCONFIGURED.to_string(), Some(reason)),
-                    Err(_) => (UNCONFIGURED.to_string(), Some("internal error: the broker stopped".into())),
+                let (pkey, held, account) = match pools.send(place).await {
+                    Ok(Ok(choice)) => me.send(Learn(choice.url, choice.authenticator_file)).await.unwrap_or_else(|_| {
+                        (UNCONFIGURED.to_string(), Some("internal error: the BLAH front end stopped".into()), String::new())
+                    }),
+                    Ok(Err(reason)) => (UNCONFIGURED.to_string(), Some(reason), String::new()),
+                    Err(_) => (UNCONFIGURED.to_string(), Some("internal error: the broker stopped".into()), String::new()),
                 };
-                claim(store, me, job, pkey, held).await
+                claim(store, me, job, pkey, account, held).await
             });
         }
-        let (pkey, held) = match map::choose_project(ad, &self.config.blah) {
+        let (pkey, held, account) = match map::choose_project(ad, &self.config.blah) {
             Ok(choice) => self.learn(choice.url, choice.authenticator_file),
-            Err(e) => (UNCONFIGURED.to_string(), Some(e.hold_reason())),
+            Err(e) => (UNCONFIGURED.to_string(), Some(e.hold_reason()), String::new()),
         };
-        Box::pin(claim(self.store.clone(), ctx.address(), job, pkey, held))
+        Box::pin(claim(self.store.clone(), ctx.address(), job, pkey, account, held))
     }
 
     /// Records a project a job was placed on (by key) and starts its actor;
-    /// the hold reason if it can't be used.
-    fn learn(&mut self, url: String, authenticator_file: PathBuf) -> (String, Option<String>) {
+    /// the hold reason if it can't be used, and the project's URL and
+    /// account (the scope of the batches its jobs may share).
+    fn learn(&mut self, url: String, authenticator_file: PathBuf) -> (String, Option<String>, String) {
         let pkey = map::project_key(&url, &authenticator_file);
         if !self.known.contains_key(&pkey) {
             let (k, u, f) = (pkey.clone(), url.clone(), authenticator_file.clone());
@@ -189,7 +196,8 @@ impl BlahJobs {
             self.known.insert(pkey.clone(), (url, authenticator_file));
         }
         let held = self.project(&pkey).err();
-        (pkey, held)
+        let account = self.accounts.get(&pkey).cloned().unwrap_or_else(|| pkey.clone());
+        (pkey, held, account)
     }
 
     fn status(&mut self, job_id: &str, ctx: &Context<Self>) -> Work {
@@ -349,9 +357,9 @@ struct Submitted {
 }
 
 /// Records the job's attempt on project `pkey` (held with `held` if set;
-/// else joining the open BOINC batch of its gathering key, if any) and
-/// answers its id.
-async fn claim(store: BlahStore, me: Addr<BlahJobs>, job: Submitted, pkey: String, held: Option<String>) -> BlahResult {
+/// else joining the open BOINC batch of its gathering key on `account`, the
+/// project's URL and account, if any) and answers its id.
+async fn claim(store: BlahStore, me: Addr<BlahJobs>, job: Submitted, pkey: String, account: String, held: Option<String>) -> BlahResult {
     let Submitted { job_dir, text, gather_key, prefix } = job;
     let gathering = store.gathering.clone();
     let held_reason = held.clone();
@@ -359,8 +367,9 @@ async fn claim(store: BlahStore, me: Addr<BlahJobs>, job: Submitted, pkey: Strin
     let claimed = store
         .read(move |c| {
             let hold = held.map(|reason| move |batch: &str| held_ad(batch, &reason).to_string());
-            let key = gather_key.map(|k| format!("{pkey}\n{k}"));
-            let gather = key.as_deref().map(|k| (&gathering, k));
+            let key = gather_key.map(|k| format!("{account}\n{k}"));
+            let participant = shared_batch::participant(&prefix, &pkey);
+            let gather = key.as_deref().map(|k| (&gathering, k, participant.as_str()));
             store::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String), gather, &prefix)
         })
         .await;
@@ -473,7 +482,7 @@ impl Handler<BlahDispatch> for BlahJobs {
 
 /// A project the pool chose for a job: record it (see `BlahJobs::learn`).
 #[derive(Message)]
-#[rtype(result = "(String, Option<String>)")]
+#[rtype(result = "(String, Option<String>, String)")]
 struct Learn(String, PathBuf);
 
 impl Handler<Learn> for BlahJobs {

@@ -20,7 +20,7 @@ use crate::project::output_fetcher::under;
 /// (they are held; their ids still need a key).
 pub const UNCONFIGURED: &str = "none";
 
-const BATCH_PREFIX: &str = "blah#";
+pub const BATCH_PREFIX: &str = "blah#";
 
 /// A job id: `boinc/<project key>/<batch>/<job>`, or `boinc/<project
 /// key>/<job>` when the job's batch bears its name (a batch is named

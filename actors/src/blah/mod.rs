@@ -9,4 +9,5 @@ pub mod outputs;
 pub mod placement;
 pub mod project;
 pub mod sequence;
+pub mod shared_batch;
 pub mod store;

@@ -67,6 +67,11 @@ pub const MIGRATIONS: &[Migration] = &[
      INSERT INTO blah_forgotten (id, max_attempt) SELECT 0, COALESCE(MAX(attempt), 0) FROM blah_jobs;
      CREATE INDEX blah_jobs_ended ON blah_jobs (updated) WHERE phase IN ('final', 'cancelled') AND abort_pending = 0;",
     },
+    // BOINC batches this client shares with other clients of `serve` (one
+    // account): retired only when every participant is done, which only
+    // the running daemon knows; after a restart such a batch is left to
+    // its lease. A row goes when no job of the batch is recorded any more.
+    Migration { version: 12, sql: "CREATE TABLE blah_shared_batches (batch TEXT PRIMARY KEY);" },
 ];
 
 type Op = Box<dyn FnOnce(&mut Connection) + Send>;
@@ -180,15 +185,29 @@ impl Phase {
     }
 }
 
-/// The BOINC batches still gathering jobs, per gathering key (project,
-/// app and batch-wide parameters). Only the store's thread touches it, in
-/// the order of its operations: a batch is closed (`close_batch`) before
-/// its members are read, so no job joins a batch whose submission began.
+/// The BOINC batches still gathering jobs, per gathering key (project
+/// account, app and batch-wide parameters), and who takes part in each.
+/// Only store threads touch it, in the order of their operations: a batch
+/// is closed (`close_batch`) before its members are read, so no job joins
+/// a batch whose submission began. One is shared by every client of
+/// `boinc_gahp serve` (each client's store thread joins it), so jobs of
+/// several clients on one account gather into one BOINC batch; each
+/// client still records only its own jobs (`blah::shared_batch` submits
+/// the batch once for all of them).
 #[derive(Clone)]
 pub struct Gathering {
-    open: Arc<Mutex<HashMap<String, OpenBatch>>>,
+    open: Arc<Mutex<Open>>,
     window: Duration,
     max_jobs: usize,
+}
+
+#[derive(Default)]
+struct Open {
+    by_key: HashMap<String, OpenBatch>,
+    /// The participants (see `blah::shared_batch::participant`) of each
+    /// batch gathered by this process, the opener first, until its
+    /// submission starts.
+    participants: HashMap<String, Vec<String>>,
 }
 
 struct OpenBatch {
@@ -202,26 +221,64 @@ impl Gathering {
         Gathering { open: Arc::default(), window, max_jobs: max_jobs.max(1) }
     }
 
-    /// The batch a new job named `job` goes into: the open one of its key,
-    /// else a new one named after the job.
-    fn join(&self, key: &str, job: &str) -> String {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        match open.get_mut(key) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The batch a new job named `job` of `participant` goes into: the
+    /// open one of its key, else a new one named after the job.
+    fn join(&self, key: &str, job: &str, participant: &str) -> String {
+        let mut open = self.lock();
+        let Open { by_key, participants } = &mut *open;
+        match by_key.get_mut(key) {
             Some(b) if b.opened.elapsed() < self.window && b.jobs < self.max_jobs => {
                 b.jobs += 1;
+                let taking = participants.entry(b.batch.clone()).or_default();
+                if !taking.iter().any(|p| p == participant) {
+                    taking.push(participant.to_string());
+                }
                 b.batch.clone()
             }
             _ if self.max_jobs == 1 || self.window.is_zero() => job.to_string(),
             _ => {
-                open.insert(key.to_string(), OpenBatch { batch: job.to_string(), opened: Instant::now(), jobs: 1 });
-                job.to_string()
+                let batch = shared_batch_name(job, participant);
+                by_key.insert(key.to_string(), OpenBatch { batch: batch.clone(), opened: Instant::now(), jobs: 1 });
+                participants.insert(batch.clone(), vec![participant.to_string()]);
+                batch
             }
         }
     }
 
     fn close(&self, batch: &str) {
-        self.open.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, b| b.batch != batch);
+        self.lock().by_key.retain(|_, b| b.batch != batch);
     }
+
+    /// Who has jobs in `batch`, if it gathered in this process and its
+    /// submission has not started.
+    pub fn participants(&self, batch: &str) -> Option<Vec<String>> {
+        self.lock().participants.get(batch).cloned()
+    }
+
+    /// The batch's submission starts: a participant that comes later
+    /// submits its jobs on its own (`blah::shared_batch`).
+    pub fn started(&self, batch: &str) {
+        self.lock().participants.remove(batch);
+    }
+}
+
+/// The name of a batch opened by `job`: the job's own, except for a client
+/// of `serve` (a participant whose names have a prefix), where other
+/// clients' jobs may join it and see its name in their ids: there it
+/// names no client (`blah#shared-` and the job name's MD5, a name a job id
+/// may hold; a client's names all begin with its prefix, so none can
+/// take it).
+pub fn shared_batch_name(job: &str, participant: &str) -> String {
+    use md5::{Digest, Md5};
+    if participant.starts_with('\n') || !participant.contains('\n') {
+        return job.to_string();
+    }
+    let hex: String = Md5::digest(job.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}shared-{hex}", crate::blah::map::BATCH_PREFIX)
 }
 
 /// One attempt of one job.
@@ -251,14 +308,16 @@ pub struct JobRecord {
 /// attempt of `job_dir` and every forgotten one (see `prune`). `held` records the new
 /// attempt as already final (status 5, the ad it makes of the job name);
 /// else a new attempt joins the open batch of `gather` (a gathering key),
-/// or is a batch of its own. Returns (project, BOINC batch, job).
+/// or is a batch of its own; `gather` also names the participant (the
+/// client and project) the job belongs to. Returns (project, BOINC batch,
+/// job).
 pub fn claim_attempt(
     c: &mut Connection,
     job_dir: &str,
     project: &str,
     ad: &str,
     held: Option<&dyn Fn(&str) -> String>,
-    gather: Option<(&Gathering, &str)>,
+    gather: Option<(&Gathering, &str, &str)>,
     name_prefix: &str,
 ) -> rusqlite::Result<(String, String, String)> {
     let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -287,7 +346,7 @@ pub fn claim_attempt(
     let (phase, status) = if held.is_some() { (Phase::Final, Some(5)) } else { (Phase::Submitting, None) };
     let held = held.map(|f| f(&job));
     let batch = match gather {
-        Some((g, key)) if held.is_none() => g.join(key, &job),
+        Some((g, key, participant)) if held.is_none() => g.join(key, &job, participant),
         _ => job.clone(),
     };
     tx.execute(
@@ -309,9 +368,13 @@ pub fn live_job_dirs(c: &Connection) -> rusqlite::Result<Vec<String>> {
     rows.collect()
 }
 
-/// Closes a gathering batch and returns the members to submit in it.
+/// Closes a gathering batch and returns the members to submit in it; a
+/// batch that other participants take part in is recorded as shared.
 pub fn close_batch(c: &mut Connection, gathering: &Gathering, batch: &str) -> rusqlite::Result<Vec<JobRecord>> {
     gathering.close(batch);
+    if gathering.participants(batch).is_some_and(|p| p.len() > 1) {
+        c.prepare_cached("INSERT OR IGNORE INTO blah_shared_batches (batch) VALUES (?1)")?.execute([batch])?;
+    }
     let mut s = c.prepare_cached(&format!("{SELECT_JOB} WHERE COALESCE(boinc_batch, batch) = ?1 AND phase = 'submitting'"))?;
     let rows = s.query_map([batch], job_record)?;
     rows.collect()
@@ -326,6 +389,31 @@ pub fn batch_needed(c: &mut Connection, batch: &str) -> rusqlite::Result<bool> {
          (phase IN ('submitting', 'active') OR abort_pending = 1 OR (phase = 'final' AND status IN (3, 4) AND retired = 0)))",
     )?
     .query_row([batch], |r| r.get(0))
+}
+
+/// Whether `batch` was shared with other participants (see `close_batch`).
+pub fn batch_shared(c: &mut Connection, batch: &str) -> rusqlite::Result<bool> {
+    c.prepare_cached("SELECT EXISTS (SELECT 1 FROM blah_shared_batches WHERE batch = ?1)")?.query_row([batch], |r| r.get(0))
+}
+
+/// Whether `participant` (of project `project` here) opened `batch`: one
+/// of its jobs in it gave the batch its name.
+pub fn opened_batch(c: &mut Connection, batch: &str, project: &str, participant: &str) -> rusqlite::Result<bool> {
+    let mut s = c.prepare_cached("SELECT batch FROM blah_jobs WHERE COALESCE(boinc_batch, batch) = ?1 AND project = ?2")?;
+    let names = s.query_map([batch, project], |r| r.get::<_, String>(0))?;
+    for name in names {
+        if shared_batch_name(&name?, participant) == batch {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The jobs of `jobs` now in the BOINC batch `batch` (their shared batch
+/// was submitted without them, so they went into one of their own).
+pub fn set_boinc_batch(c: &Connection, job: &str, batch: &str) -> rusqlite::Result<()> {
+    c.prepare_cached("UPDATE blah_jobs SET boinc_batch = ?2 WHERE batch = ?1")?.execute([job, batch])?;
+    Ok(())
 }
 
 const SELECT_JOB: &str = "SELECT batch, project, ad, phase, boinc_status, status, final_ad, abort_pending, retired, lease_until, \
@@ -438,6 +526,12 @@ pub fn prune(c: &mut Connection, older_than_secs: f64) -> rusqlite::Result<usize
         [cutoff],
     )?;
     let gone = tx.execute(&format!("DELETE FROM blah_jobs WHERE {ENDED}"), [cutoff])?;
+    tx.execute(
+        "DELETE FROM blah_shared_batches WHERE \
+         NOT EXISTS (SELECT 1 FROM blah_jobs WHERE boinc_batch = blah_shared_batches.batch) AND \
+         NOT EXISTS (SELECT 1 FROM blah_jobs WHERE batch = blah_shared_batches.batch)",
+        [],
+    )?;
     tx.commit()?;
     Ok(gone)
 }
@@ -603,11 +697,65 @@ mod tests {
     }
 
     #[test]
+    fn participants_of_one_account_gather_together_and_a_shared_batch_is_remembered_until_its_jobs_go() {
+        // Two clients' databases, one gathering (as under serve).
+        let (a, b) = (
+            StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap(),
+            StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap(),
+        );
+        let g = Gathering::new(Duration::from_secs(3600), 10);
+        let (pa, pb) = ("alice~\nk1", "bob~\nk2");
+        let claim = |db: &StateDb, dir: &str, prefix: &str, p: &str| {
+            let mut out = None;
+            db.with_conn(|c| {
+                out = Some(claim_attempt(c, dir, "k", "[ ]", None, Some((&g, "acct\napp", p)), prefix)?);
+                Ok(())
+            })
+            .unwrap();
+            out.unwrap()
+        };
+        let (_, batch, first) = claim(&a, "d1", "alice~", pa);
+        assert_eq!(batch, shared_batch_name(&first, pa));
+        assert!(batch.starts_with("blah#shared-") && !batch.contains("alice"), "{batch}");
+        assert_eq!(claim(&b, "d2", "bob~", pb).1, batch, "bob's job joins alice's batch");
+        assert_eq!(claim(&a, "d3", "alice~", pa).1, batch);
+        assert_eq!(g.participants(&batch), Some(vec![pa.to_string(), pb.to_string()]), "the opener first, each once");
+        b.with_conn(|c| {
+            let members = close_batch(c, &g, &batch)?;
+            assert_eq!(members.len(), 1, "bob reads only his own");
+            assert!(batch_shared(c, &batch)?);
+            assert!(!opened_batch(c, &batch, "k", pb)?, "bob did not open it");
+            Ok(())
+        })
+        .unwrap();
+        a.with_conn(|c| {
+            assert_eq!(close_batch(c, &g, &batch)?.len(), 2);
+            assert!(opened_batch(c, &batch, "k", pa)?, "alice's first job named it");
+            Ok(())
+        })
+        .unwrap();
+        // Closed: the next job opens another; once started, no participants.
+        assert_ne!(claim(&b, "d4", "bob~", pb).1, batch);
+        g.started(&batch);
+        assert_eq!(g.participants(&batch), None);
+        // The row goes with the last job of the batch.
+        b.with_conn(|c| {
+            let bobs = "bob~blah#d2#1";
+            set_phase(c, bobs, Phase::Final, Some(4), Some("[ ]".into()))?;
+            c.execute("UPDATE blah_jobs SET updated = 0 WHERE batch = ?1", [bobs])?;
+            prune(c, 100.0)?;
+            assert!(!batch_shared(c, &batch)?);
+            Ok(())
+        })
+        .unwrap();
+    }
+
+    #[test]
     fn jobs_gather_into_one_batch_until_it_closes_or_fills() {
         let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
         let g = Gathering::new(Duration::from_secs(3600), 3);
         db.with_conn(|c| {
-            let mut claim = |dir: &str, key: &str| claim_attempt(c, dir, "k", "[ ]", None, Some((&g, key)), "").unwrap();
+            let mut claim = |dir: &str, key: &str| claim_attempt(c, dir, "k", "[ ]", None, Some((&g, key, "p")), "").unwrap();
             let (_, b, j) = claim("a", "app1");
             assert_eq!((b.as_str(), j.as_str()), ("blah#a#1", "blah#a#1"), "named after its first job");
             assert_eq!(claim("b", "app1").1, "blah#a#1");
@@ -625,10 +773,10 @@ mod tests {
             assert_eq!(members, ["blah#a#1", "blah#b#1"], "cancelled members stay out");
             assert_eq!(load(c, "blah#b#1")?.unwrap().boinc_batch, "blah#a#1");
             // Closed: the next job of its key opens a new batch.
-            let (_, _, e) = claim_attempt(c, "e", "k", "[ ]", None, Some((&g, "app1")), "")?;
+            let (_, _, e) = claim_attempt(c, "e", "k", "[ ]", None, Some((&g, "app1", "p")), "")?;
             assert_eq!(load(c, &e)?.unwrap().boinc_batch, "blah#d#1", "the open one of the key");
             close_batch(c, &g, "blah#d#1")?;
-            let (_, b, _) = claim_attempt(c, "f", "k", "[ ]", None, Some((&g, "app1")), "")?;
+            let (_, b, _) = claim_attempt(c, "f", "k", "[ ]", None, Some((&g, "app1", "p")), "")?;
             assert_eq!(b, "blah#f#1");
             // Needed while a member is active or undelivered; not once all went out.
             assert!(batch_needed(c, "blah#a#1")?);

@@ -65,8 +65,9 @@ enum SubmitFailure {
     Map(MapError),
     #[error("{0}")]
     Templates(String, RpcError),
+    /// Shared by the participants of a batch (`blah::shared_batch`).
     #[error("the BOINC submission failed: {0}; condor_release the job to try again")]
-    Pipeline(SubmitError),
+    Pipeline(Arc<SubmitError>),
     #[error("{0}")]
     Lost(&'static str),
     /// A work sequence job that can't become a sequence: the hold reason.

@@ -11,9 +11,9 @@ use super::*;
 use crate::blah::map;
 use crate::blah::outputs::held_ad;
 use crate::blah::sequence;
+use crate::blah::shared_batch;
 use crate::blah::store::{self, JobRecord, Phase};
 use crate::clock::unix_now;
-use crate::project::submit_pipeline::{CompactBatch, RunPipeline, SubmitError, SubmitPipeline};
 
 impl BlahProject {
     /// Lets a batch gather jobs for the window, then submits it.
@@ -36,10 +36,13 @@ impl BlahProject {
     /// a long deadline: it retries transient failures, and after a lost
     /// reply or a restart finds what it began by the batch's name).
     pub(super) fn close(&mut self, batch: String, ctx: &mut Context<Self>) {
-        let (store, gathering, b) = (self.store.clone(), self.store.gathering.clone(), batch.clone());
-        let members = async move { store.read(move |c| store::close_batch(c, &gathering, &b)).await };
+        let (store, gathering, b, pkey) = (self.store.clone(), self.store.gathering.clone(), batch.clone(), self.pkey.clone());
+        let participant = shared_batch::participant(&self.config.blah.name_prefix, &self.pkey);
+        let members = async move {
+            store.read(move |c| Ok((store::close_batch(c, &gathering, &b)?, store::opened_batch(c, &b, &pkey, &participant)?))).await
+        };
         self.run(ctx, members, move |act, members, ctx| match members {
-            Ok(members) => act.submit(batch, members, ctx),
+            Ok((members, owner)) => act.submit(batch, members, owner, ctx),
             Err(e) => {
                 tracing::warn!(batch = %batch, "can't read the batch's jobs ({e}); trying again later");
                 ctx.run_later(act.config.blah.status_refresh.max(Duration::from_secs(1)), move |act, ctx| act.close(batch, ctx));
@@ -47,7 +50,8 @@ impl BlahProject {
         });
     }
 
-    pub(super) fn submit(&mut self, batch: String, records: Vec<JobRecord>, ctx: &mut Context<Self>) {
+    /// `owner`: the batch is named after one of this project's jobs.
+    pub(super) fn submit(&mut self, batch: String, records: Vec<JobRecord>, owner: bool, ctx: &mut Context<Self>) {
         let mut members = Vec::new();
         for rec in records {
             let name = rec.batch.clone();
@@ -76,7 +80,10 @@ impl BlahProject {
                 return self.submit_sequence(batch, name, ad, ctx);
             }
         }
+        let participant = shared_batch::participant(&self.config.blah.name_prefix, &self.pkey);
+        let (gathering, window) = (self.store.gathering.clone(), self.config.blah.batch_window);
         let Some(rpc) = self.rpc.clone().filter(|_| !members.is_empty()) else {
+            shared_batch::withdraw(&gathering, window, &batch, &participant);
             self.submitting.remove(&batch);
             return;
         };
@@ -89,6 +96,10 @@ impl BlahProject {
         let db = self.store.db().clone();
         let file = self.authenticator_file.display().to_string();
         let b = batch.clone();
+        let withdraw = {
+            let (gathering, batch, participant) = (gathering.clone(), batch.clone(), participant.clone());
+            move || shared_batch::withdraw(&gathering, window, &batch, &participant)
+        };
         let work = async move {
             let mut refused = Vec::new();
             let (Some((app, source)), Some(templates)) = (app, templates) else {
@@ -100,14 +111,16 @@ impl BlahProject {
                     };
                     refused.push((name, why));
                 }
-                return BatchOutcome { refused, result: Ok(vec![]) };
+                withdraw();
+                return (BatchOutcome { refused, result: Ok(vec![]) }, None);
             };
             let all: Vec<String> = members.iter().map(|(n, _)| n.clone()).collect();
             let templates = match templates.await {
                 Ok(t) => t,
                 Err(e) => {
                     let reason = templates_error(&e, &key.url, &file, &app, source);
-                    return BatchOutcome { refused, result: Err((all, SubmitFailure::Templates(reason, e))) };
+                    withdraw();
+                    return (BatchOutcome { refused, result: Err((all, SubmitFailure::Templates(reason, e))) }, None);
                 }
             };
             let mut spec = SubmitBatch { batch_name: b.clone(), app_name: app.clone(), jobs: Vec::new(), params: Default::default() };
@@ -139,18 +152,23 @@ impl BlahProject {
                 }
             }
             if included.is_empty() {
-                return BatchOutcome { refused, result: Ok(vec![]) };
+                withdraw();
+                return (BatchOutcome { refused, result: Ok(vec![]) }, None);
             }
-            let pipeline =
-                SubmitPipeline::new(key, config, rpc, stager, db, CompactBatch::of(spec), deadline).with_templates(templates).start();
-            let result = match pipeline.send(RunPipeline).await {
-                Ok(Ok(())) => Ok(included),
-                Ok(Err(e)) => Err((included, SubmitFailure::Pipeline(e))),
-                Err(_) => Err((included, SubmitFailure::Pipeline(SubmitError::Internal("the submit pipeline stopped")))),
-            };
-            BatchOutcome { refused, result }
+            // With the other participants of the batch, if any (one pipeline).
+            let submitter = shared_batch::Submitter { key, config, rpc, stager, db, deadline };
+            let part = shared_batch::Part { participant, owner, spec, templates, submitter };
+            match shared_batch::submit(&gathering, window, part).await {
+                Ok(into) => (BatchOutcome { refused, result: Ok(included) }, Some(into).filter(|into| *into != b)),
+                Err(e) => (BatchOutcome { refused, result: Err((included, SubmitFailure::Pipeline(e))) }, None),
+            }
         };
-        self.run(ctx, work, move |act, outcome, ctx| act.submitted(batch, outcome, ctx));
+        self.run(ctx, work, move |act, (outcome, moved_to), ctx| {
+            if let (Some(own), Ok(members)) = (moved_to, &outcome.result) {
+                act.moved(members, own);
+            }
+            act.submitted(batch, outcome, ctx)
+        });
     }
 
     pub(super) fn submitted(&mut self, batch: String, outcome: BatchOutcome, ctx: &mut Context<Self>) {
@@ -203,6 +221,18 @@ impl BlahProject {
                 }
             }
         }
+    }
+
+    /// The shared batch was submitted without these members: they went
+    /// into a batch of their own (`blah::shared_batch`).
+    fn moved(&mut self, members: &[String], own: String) {
+        let name = self.batch_names.share(&own);
+        for m in members {
+            if let Some(job) = self.jobs.get_mut(m.as_str()) {
+                job.batch = name.clone();
+            }
+        }
+        self.store.write_rows("store a job's own batch", members.to_vec(), move |c, j| store::set_boinc_batch(c, j, &own));
     }
 
     /// A member that did not go in: held with `reason` (aborted if

@@ -9,6 +9,7 @@ use gahp_protocol::boinc::{reply, request, Script};
 use gahp_protocol::Authenticator;
 
 use super::*;
+use crate::blah::shared_batch;
 use crate::blah::store;
 use crate::clock::unix_now;
 use crate::project::rpc::{Rpc, RpcClient};
@@ -22,9 +23,14 @@ impl BlahProject {
             return;
         }
         let (store, b) = (self.store.clone(), batch.clone());
-        let needed = async move { store.read(move |c| store::batch_needed(c, &b)).await };
+        let needed = async move { store.read(move |c| Ok((store::batch_needed(c, &b)?, store::batch_shared(c, &b)?))).await };
         self.run(ctx, needed, move |act, needed, ctx| {
-            if !matches!(needed, Ok(false)) || !act.retired_batches.insert(batch.clone()) {
+            let Ok((false, shared)) = needed else { return };
+            // Another client's jobs may still need a shared batch.
+            if shared && !shared_batch::done_with(&batch, &shared_batch::participant(&act.config.blah.name_prefix, &act.pkey)) {
+                return;
+            }
+            if !act.retired_batches.insert(batch.clone()) {
                 return;
             }
             let auth = act.auth().clone();
