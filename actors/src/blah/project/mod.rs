@@ -22,6 +22,7 @@
 
 mod abort;
 mod delivery;
+mod job_store;
 mod messages;
 mod sequences;
 mod status;
@@ -56,6 +57,7 @@ use crate::project::ProjectKey;
 use crate::projects::{Projects, TreeOf};
 use crate::sequences::relocator::SequenceRelocator;
 
+use job_store::JobStore;
 pub use messages::*;
 
 /// Why a job could not be submitted; its text becomes the hold reason.
@@ -108,8 +110,8 @@ pub struct BlahProject {
     rpc: Option<Addr<RpcClient>>,
     /// The project's work sequences (sequence jobs run there); as `rpc`.
     sequences: Option<Addr<SequenceRelocator>>,
-    /// By BOINC job name (a `Box<str>`: 8 bytes a job less than a `String`).
-    jobs: HashMap<Box<str>, Job>,
+    /// By BOINC job name.
+    jobs: JobStore<Job>,
     /// The BOINC batch names of `jobs`, one copy each.
     batch_names: BatchNames,
     /// Batches gathering jobs or being submitted.
@@ -316,7 +318,7 @@ impl BlahProject {
             store,
             rpc: None,
             sequences: None,
-            jobs: HashMap::new(),
+            jobs: JobStore::default(),
             batch_names: BatchNames::default(),
             submitting: HashSet::new(),
             retired_batches: HashSet::new(),
@@ -383,7 +385,7 @@ impl BlahProject {
                     Job::unknown(&batch, &mut act.batch_names)
                 }
             };
-            act.jobs.insert(name.as_str().into(), job);
+            act.jobs.insert(&name, job);
             act.advance(&name, ctx);
         }))
     }

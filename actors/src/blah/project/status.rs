@@ -102,13 +102,15 @@ impl BlahProject {
         for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched() && !j.is_sequence()) {
             match states.get(name) {
                 Some(status) if job.boinc.as_ref() != Some(&status) => {
-                    changed.push((name.clone(), status.clone()));
+                    changed.push((Box::<str>::from(name), status.clone()));
                     job.boinc = Some(status);
                 }
                 Some(_) => {}
                 None => match gone.get(&*job.batch) {
-                    Some(why) => lost.push((name.clone(), format!("its batch {} is not there: {why}", job.batch))),
-                    None if answered.contains(&*job.batch) => lost.push((name.clone(), format!("its batch {} has no such job", job.batch))),
+                    Some(why) => lost.push((Box::<str>::from(name), format!("its batch {} is not there: {why}", job.batch))),
+                    None if answered.contains(&*job.batch) => {
+                        lost.push((Box::<str>::from(name), format!("its batch {} has no such job", job.batch)))
+                    }
                     // Not asked about (it was submitted while the query was out).
                     None => {}
                 },

@@ -52,16 +52,15 @@ impl BlahProject {
         for rec in records {
             let name = rec.batch.clone();
             // The submit ad comes with the record (a job in memory keeps none).
-            let (job, ad) = match self.jobs.get_mut(name.as_str()) {
-                Some(job) => {
-                    let ad = Some(rec.ad.as_str()).filter(|_| job.recorded).and_then(|t| ClassAd::parse(t).ok());
-                    (job, ad)
-                }
+            let ad = match self.jobs.get(name.as_str()) {
+                Some(job) => Some(rec.ad.as_str()).filter(|_| job.recorded).and_then(|t| ClassAd::parse(t).ok()),
                 None => {
                     let (job, ad) = Job::from_record_with_ad(rec, &mut self.batch_names, &self.config.blah.name_prefix);
-                    (self.jobs.entry(name.as_str().into()).or_insert(job), ad)
+                    self.jobs.insert(&name, job);
+                    ad
                 }
             };
+            let Some(job) = self.jobs.get_mut(name.as_str()) else { continue };
             // Cancelled since the database said otherwise.
             if job.phase == Phase::Submitting {
                 job.busy = true;

@@ -84,7 +84,7 @@ impl BlahProject {
             let mut leased = Vec::new();
             for (name, j) in act.jobs.iter_mut().filter(|(_, j)| renewed.contains(&*j.batch)) {
                 j.lease_until = now + lease;
-                leased.push(name.clone());
+                leased.push(Box::<str>::from(name));
             }
             act.store.write_rows("store a lease", leased, move |c, name| store::set_lease(c, name, now + lease));
         });
