@@ -24,7 +24,7 @@ impl BlahProject {
         let Some(job) = self.jobs.get(batch) else {
             return BlahResult::Status { code: 1, error: "internal error: job not loaded".into(), status: 0, ad: None };
         };
-        let status = match (job.final_status.as_deref(), job.phase, job.boinc.as_ref().map(BoincStatus::as_str)) {
+        let status = match (job.final_status(), job.phase, job.boinc()) {
             (Some((status, ad)), ..) => {
                 let r = BlahResult::status(*status, ad.clone());
                 // A delivered job was loaded from the state database only
@@ -101,9 +101,9 @@ impl BlahProject {
         let mut changed = Vec::new();
         for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched() && !j.is_sequence()) {
             match states.get(name) {
-                Some(status) if job.boinc.as_ref() != Some(&status) => {
+                Some(status) if job.boinc() != Some(status.as_str()) => {
                     changed.push((Box::<str>::from(name), status.clone()));
-                    job.boinc = Some(status);
+                    job.set_boinc(status);
                 }
                 Some(_) => {}
                 None => match gone.get(&*job.batch) {
@@ -134,7 +134,7 @@ impl BlahProject {
             .jobs
             .iter()
             .filter(|(_, j)| j.watched() && !j.busy)
-            .filter_map(|(b, j)| j.boinc.as_ref().map(|s| (b, s.as_str())))
+            .filter_map(|(b, j)| j.boinc().map(|s| (b, s)))
             .filter(|(_, s)| matches!(*s, "DONE" | "ERROR"))
             .map(|(b, s)| (b.to_string(), s.to_string()))
             .collect();
@@ -183,11 +183,11 @@ impl BlahProject {
         let (b, text) = (batch.to_string(), ad.to_string());
         self.store.write("store a final status", move |c| store::set_phase(c, &b, Phase::Final, Some(status), Some(text)));
         job.phase = Phase::Final;
-        job.final_status = Some(Box::new((status, ad)));
+        job.set_final_status(status, ad);
     }
 
     pub(super) fn final_status(&self, job: &str) -> BlahResult {
-        match self.jobs.get(job).and_then(|j| j.final_status.as_deref().cloned()) {
+        match self.jobs.get(job).and_then(|j| j.final_status().cloned()) {
             Some((status, ad)) => BlahResult::status(status, ad),
             None => BlahResult::Status { code: 1, error: "internal error: no final status".into(), status: 0, ad: None },
         }

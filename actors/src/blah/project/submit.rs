@@ -64,7 +64,7 @@ impl BlahProject {
             // Cancelled since the database said otherwise.
             if job.phase == Phase::Submitting {
                 job.busy = true;
-                job.submitting_since.get_or_insert_with(Instant::now);
+                job.submitting();
                 members.push((name, ad));
             }
         }
@@ -173,6 +173,7 @@ impl BlahProject {
                     job.phase = Phase::Active;
                     // Created with the lease as its expiry (see pipeline_config).
                     job.lease_until = until;
+                    job.submitted();
                     submitted.push(name);
                 }
                 self.store.write_rows("store a submission", submitted, move |c, j| {
@@ -183,7 +184,7 @@ impl BlahProject {
             }
             Err((members, why)) => {
                 let timeout = self.config.blah.submit_timeout;
-                let waiting = members.iter().filter_map(|n| self.jobs.get(n.as_str())).filter_map(|j| j.submitting_since).min();
+                let waiting = members.iter().filter_map(|n| self.jobs.get(n.as_str())).filter_map(Job::submitting_since).min();
                 if why.project_down() && waiting.is_some_and(|t| t.elapsed() < timeout) {
                     tracing::info!(batch = %batch, "the project is down for maintenance; submitting again later: {}", self.auth().redact_in(&why.to_string()));
                     for name in &members {
