@@ -1,7 +1,7 @@
 //! BLAH_JOB_STATUS from the cache, and the cache's refresh: one
 //! query_batch2 over every watched batch per period.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use actix::prelude::*;
@@ -68,14 +68,7 @@ impl BlahProject {
             return;
         }
         let Some(rpc) = self.rpc.clone() else { return };
-        let names: Vec<String> = self
-            .jobs
-            .values()
-            .filter(|j| j.watched() && !j.is_sequence())
-            .map(|j| j.batch.to_string())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let names = batches_of(self.jobs.values().filter(|j| j.watched() && !j.is_sequence()));
         if names.is_empty() {
             return;
         }
