@@ -126,6 +126,8 @@ pub struct BlahProject {
     completed: CompletedCache,
     refreshing: bool,
     refresh_again: bool,
+    /// A piece of changed BOINC statuses is being written.
+    saving_statuses: bool,
     upkeep_running: bool,
     /// Cancelled jobs whose abort has not reached the server yet.
     aborts: HashSet<String>,
@@ -153,6 +155,9 @@ struct Job {
     /// A submission, delivery or failure lookup is under way.
     busy: bool,
     retired: bool,
+    /// Its BOINC status changed and is not yet in the state database
+    /// ([`BlahProject::save_statuses`]).
+    boinc_unsaved: bool,
 }
 
 /// The parts of a job that most jobs in flight don't have.
@@ -268,6 +273,7 @@ impl Job {
             recorded: parsed.is_some(),
             busy: false,
             retired: rec.retired,
+            boinc_unsaved: false,
         };
         if let Some(s) = rec.boinc_status.as_deref() {
             job.set_boinc(BoincStatus::of(s));
@@ -290,6 +296,7 @@ impl Job {
             recorded: false,
             busy: false,
             retired: false,
+            boinc_unsaved: false,
         }
     }
 
@@ -479,6 +486,7 @@ impl BlahProject {
             completed: CompletedCache::default(),
             refreshing: false,
             refresh_again: false,
+            saving_statuses: false,
             upkeep_running: false,
             aborts: HashSet::new(),
         }

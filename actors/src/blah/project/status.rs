@@ -91,12 +91,11 @@ impl BlahProject {
         let BatchStates { states, answered, finished, gone } = states;
         let gone: HashMap<String, String> = gone.into_iter().collect();
         let mut lost = Vec::new();
-        let mut changed = Vec::new();
         for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.watched() && !j.is_sequence()) {
             match states.get(name) {
                 Some(status) if job.boinc() != Some(status.as_str()) => {
-                    changed.push((Box::<str>::from(name), status.clone()));
                     job.set_boinc(status);
+                    job.boinc_unsaved = true;
                 }
                 Some(_) => {}
                 None => match gone.get(&*job.batch) {
@@ -109,7 +108,7 @@ impl BlahProject {
                 },
             }
         }
-        self.store.write_rows("store a BOINC status", changed, |c, (j, s)| store::set_boinc_status(c, j, s.as_str()));
+        self.save_statuses(ctx);
         for (name, why) in lost {
             let url = &self.key.url;
             let reason = if self.jobs.get(&name).is_some_and(|j| !j.recorded) {
@@ -154,6 +153,36 @@ impl BlahProject {
         }
     }
 
+    /// Writes the BOINC statuses a refresh changed, a piece at a time: the
+    /// next piece is copied out once the last is written, not all 100,000
+    /// at once (3 MB at the peak of the memory bench).
+    pub(super) fn save_statuses(&mut self, ctx: &mut Context<Self>) {
+        if self.saving_statuses {
+            return;
+        }
+        let mut piece = Vec::new();
+        for (name, job) in self.jobs.iter_mut().filter(|(_, j)| j.boinc_unsaved) {
+            job.boinc_unsaved = false;
+            if let Some(status) = job.boinc() {
+                piece.push((Box::<str>::from(name), Box::<str>::from(status)));
+            }
+            if piece.len() == STATUSES_AT_ONCE {
+                break;
+            }
+        }
+        if piece.is_empty() {
+            return;
+        }
+        self.saving_statuses = true;
+        self.store.write_rows("store a BOINC status", piece, |c, (j, s)| store::set_boinc_status(c, j, s));
+        // A read runs after the writes queued before it.
+        let store = self.store.clone();
+        self.run(ctx, async move { store.read(|_| Ok(())).await }, |act, _, ctx| {
+            act.saving_statuses = false;
+            act.save_statuses(ctx);
+        });
+    }
+
     /// Records a job's final status (3, 4 or 5); it is answered from now on.
     pub(super) fn finish(&mut self, batch: &str, status: i32, ad: ClassAd) {
         self.completed.borrow_mut().remove(batch);
@@ -186,6 +215,9 @@ impl BlahProject {
         }
     }
 }
+
+/// Changed BOINC statuses written in one transaction (see `save_statuses`).
+const STATUSES_AT_ONCE: usize = 4096;
 
 /// A query_batch2 reply as the refresh uses it, read as it arrives.
 #[derive(Default)]
