@@ -68,6 +68,8 @@ impl<V> JobStore<V> {
     }
 
     /// Adds `value` as `name`'s, or replaces (and returns) the one it had.
+    /// Beyond 4 GiB of names (the `u32` offsets) a new job is not held:
+    /// logged, and answered as a job not loaded.
     pub(super) fn insert(&mut self, name: &str, value: V) -> Option<V> {
         if let Some(at) = self.position(name) {
             return Some(std::mem::replace(&mut self.entries[at].value, value));
@@ -75,11 +77,12 @@ impl<V> JobStore<V> {
         if u32::try_from(self.names.len() + name.len()).is_err() {
             self.compact();
         }
-        // Running out of u32s takes 4 GiB of names in memory: as an
-        // allocation failure, it ends the daemon.
         let (start, len, at) = match (u32::try_from(self.names.len()), u32::try_from(name.len()), u32::try_from(self.entries.len())) {
             (Ok(start), Ok(len), Ok(at)) if start.checked_add(len).is_some() => (start, len, at),
-            _ => panic!("more than 4 GiB of BLAH job names in memory"),
+            _ => {
+                tracing::error!(job = name, "more than 4 GiB of BLAH job names in memory; the job is not held");
+                return None;
+            }
         };
         self.names.push_str(name);
         self.entries.push(Entry { start, len, value });
