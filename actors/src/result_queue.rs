@@ -124,14 +124,21 @@ impl TailChunks<'_> {
 /// tails (shared bodies) beside them.
 #[derive(Default)]
 pub struct ResultLines {
-    text: Vec<u8>,
-    /// Where each line's head ends in `text`.
+    /// The heads, in chunks of [`ResultLines::CHUNK`] bytes (a longer head
+    /// has one of its own): grown a chunk at a time, where one doubling
+    /// buffer held its old and new copies at once as it grew.
+    text: Vec<Vec<u8>>,
+    /// Where each line's head ends in its chunk.
     ends: Vec<usize>,
+    /// The first line of each chunk.
+    chunk_starts: Vec<usize>,
     /// The lines that have a tail: (line, tail), in line order.
     tails: Vec<(usize, Tail)>,
 }
 
 impl ResultLines {
+    const CHUNK: usize = 1 << 20;
+
     pub fn len(&self) -> usize {
         self.ends.len()
     }
@@ -144,17 +151,33 @@ impl ResultLines {
         if !tail.is_empty() {
             self.tails.push((self.ends.len(), tail));
         }
-        self.text.extend_from_slice(head);
-        self.ends.push(self.text.len());
+        let chunk = match self.text.last_mut() {
+            Some(c) if c.capacity() - c.len() >= head.len() => c,
+            _ => {
+                self.chunk_starts.push(self.ends.len());
+                self.text.push(Vec::with_capacity(head.len().max(ResultLines::CHUNK)));
+                // Just pushed.
+                let Some(c) = self.text.last_mut() else { return };
+                c
+            }
+        };
+        chunk.extend_from_slice(head);
+        self.ends.push(chunk.len());
     }
 
     /// Each line as its head and its tail, if it has one.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], Option<&Tail>)> {
         let mut tails = self.tails.iter().peekable();
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        self.ends.iter().zip(starts).enumerate().map(move |(i, (&end, start))| {
+        let mut chunks = self.chunk_starts.iter().copied().zip(&self.text).peekable();
+        let (mut chunk, mut start): (&[u8], usize) = (&[], 0);
+        self.ends.iter().enumerate().map(move |(i, &end)| {
+            if let Some((_, c)) = chunks.next_if(|(first, _)| *first == i) {
+                (chunk, start) = (c, 0);
+            }
             let tail = tails.next_if(|(line, _)| *line == i).map(|(_, t)| t);
-            (&self.text[start..end], tail)
+            let head = chunk.get(start..end).unwrap_or_default();
+            start = end;
+            (head, tail)
         })
     }
 }
@@ -497,6 +520,26 @@ mod tests {
         }
         assert_eq!(lines.len(), 6);
         assert_eq!(text(&lines), ["1 a", "2 shared body", "", "4 shared body", "5 e", "6 NULL 1.000000 1 j\\ 1 DONE"]);
+    }
+
+    #[test]
+    fn lines_over_many_chunks_come_back_whole_and_in_order() {
+        let mut lines = ResultLines::default();
+        let mut want = Vec::new();
+        let long = "x".repeat(ResultLines::CHUNK + 7);
+        for i in 0..40_000 {
+            let head = match i {
+                12_345 => format!("{i} {long}"),
+                _ => format!("{i} S 0 {}", "y".repeat(i % 97)),
+            };
+            let tail = if i % 1000 == 0 { Bytes::from(format!(" tail{i}")) } else { Bytes::new() };
+            want.push(format!("{head}{}", String::from_utf8_lossy(&tail)));
+            lines.push(head.as_bytes(), Tail::Bytes(tail));
+        }
+        assert!(lines.text.len() > 2, "{} chunks", lines.text.len());
+        // Never grown: every chunk but the long head's has the room it was made with.
+        assert_eq!(lines.text.iter().filter(|c| c.capacity() == ResultLines::CHUNK).count(), lines.text.len() - 1);
+        assert_eq!(text(&lines), want);
     }
 
     #[test]

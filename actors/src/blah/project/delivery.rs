@@ -153,10 +153,10 @@ impl BlahProject {
         match r {
             Ok((status, ad)) => self.finish(batch, status, ad),
             Err(e) => {
-                job.failures += 1;
+                let failures = job.failed();
                 let e = self.key.authenticator.redact_in(&e);
-                tracing::info!(batch, failures = job.failures, "finishing the job failed: {e}");
-                if job.failures >= attempts {
+                tracing::info!(batch, failures, "finishing the job failed: {e}");
+                if failures >= attempts {
                     let reason = format!("can't finish BOINC job {batch}: {e}; condor_release the job to run it again");
                     self.finish(batch, job_status::HELD, held_ad(batch, &reason));
                 }

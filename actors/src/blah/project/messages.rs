@@ -84,7 +84,7 @@ impl Handler<Delivered> for BlahProject {
     fn handle(&mut self, msg: Delivered, ctx: &mut Context<Self>) {
         let name = msg.id.job;
         let Some(job) = self.jobs.get_mut(name.as_str()) else { return };
-        if job.retired || !matches!(job.final_status.as_deref(), Some((job_status::REMOVED | job_status::COMPLETED, _))) {
+        if job.retired || !matches!(job.final_status(), Some((job_status::REMOVED | job_status::COMPLETED, _))) {
             return;
         }
         job.retired = true;

@@ -22,6 +22,7 @@
 
 mod abort;
 mod delivery;
+mod job_store;
 mod messages;
 mod sequences;
 mod status;
@@ -56,6 +57,7 @@ use crate::project::ProjectKey;
 use crate::projects::{Projects, TreeOf};
 use crate::sequences::relocator::SequenceRelocator;
 
+use job_store::JobStore;
 pub use messages::*;
 
 /// Why a job could not be submitted; its text becomes the hold reason.
@@ -109,8 +111,8 @@ pub struct BlahProject {
     rpc: Option<Addr<RpcClient>>,
     /// The project's work sequences (sequence jobs run there); as `rpc`.
     sequences: Option<Addr<SequenceRelocator>>,
-    /// By BOINC job name (a `Box<str>`: 8 bytes a job less than a `String`).
-    jobs: HashMap<Box<str>, Job>,
+    /// By BOINC job name.
+    jobs: JobStore<Job>,
     /// The BOINC batch names of `jobs`, one copy each.
     batch_names: BatchNames,
     /// Batches gathering jobs or being submitted.
@@ -125,36 +127,83 @@ pub struct BlahProject {
     completed: CompletedCache,
     refreshing: bool,
     refresh_again: bool,
+    /// A piece of changed BOINC statuses is being written.
+    saving_statuses: bool,
     upkeep_running: bool,
     /// Cancelled jobs whose abort has not reached the server yet.
     aborts: HashSet<String>,
 }
 
+/// A job in memory: 40 bytes (see `a_job_in_memory_is_small`); what few
+/// jobs have is in `rare`.
 struct Job {
     /// Its BOINC batch (shared by the jobs of the batch).
-    batch: Rc<str>,
+    batch: BatchName,
+    lease_until: f64,
+    /// What most jobs in flight have none of.
+    rare: Option<Box<Rare>>,
+    /// The HTCondor job (`<cluster>.<proc>`), for the log line of a hold
+    /// ([`CondorJob`]).
+    condor: CondorJob,
+    phase: Phase,
+    /// Its last status in query_batch2 ([`Job::boinc`]).
+    boinc: u8,
     /// Its submit ad is recorded (and readable). The ad stays in the state
     /// database, read where it is used ([`BlahProject::read_ads`]: the
     /// submission, the delivery, a failure's lookup): a job in flight keeps
     /// only what its status needs. `false` for a job known only by its id.
     recorded: bool,
-    /// Its ad is a work sequence's: the sequence's name.
-    /// Boxed twice (a thin pointer): most jobs are not sequences.
-    sequence: Option<Box<Box<str>>>,
-    /// The HTCondor job (`<cluster>.<proc>`), for the log line of a hold.
-    condor_job: Option<(u32, u32)>,
-    phase: Phase,
-    /// Its last status in query_batch2.
-    boinc: Option<BoincStatus>,
-    /// Boxed: most jobs in memory are in flight and have none.
-    final_status: Option<Box<(i32, ClassAd)>>,
     /// A submission, delivery or failure lookup is under way.
     busy: bool,
-    /// When this daemon first tried to submit it.
-    submitting_since: Option<Instant>,
-    failures: u32,
-    lease_until: f64,
     retired: bool,
+    /// Its BOINC status changed and is not yet in the state database
+    /// ([`BlahProject::save_statuses`]).
+    boinc_unsaved: bool,
+}
+
+/// The parts of a job that most jobs in flight don't have.
+#[derive(Default)]
+struct Rare {
+    /// Its ad is a work sequence's: the sequence's name.
+    sequence: Option<Box<str>>,
+    final_status: Option<(i32, ClassAd)>,
+    /// When this daemon first tried to submit it (until it is submitted).
+    submitting_since: Option<Instant>,
+    /// Failed deliveries or failure lookups.
+    failures: u32,
+    /// A query_batch2 status this daemon does not know, as it came.
+    other_status: Option<Box<str>>,
+}
+
+impl Rare {
+    fn is_empty(&self) -> bool {
+        self.sequence.is_none()
+            && self.final_status.is_none()
+            && self.submitting_since.is_none()
+            && self.failures == 0
+            && self.other_status.is_none()
+    }
+}
+
+/// `<cluster>.<proc>` in 8 bytes (an `Option<(u32, u32)>` takes 12).
+#[derive(Clone, Copy)]
+struct CondorJob(u64);
+
+impl CondorJob {
+    const UNKNOWN: CondorJob = CondorJob(u64::MAX);
+
+    fn new(id: Option<(u32, u32)>) -> CondorJob {
+        id.map_or(CondorJob::UNKNOWN, |(c, p)| CondorJob(u64::from(c) << 32 | u64::from(p)))
+    }
+}
+
+impl std::fmt::Display for CondorJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            u64::MAX => f.write_str("unknown"),
+            id => write!(f, "{}.{}", id >> 32, id & u64::from(u32::MAX)),
+        }
+    }
 }
 
 /// A job's status in query_batch2, kept as one byte (the text of a status
@@ -169,6 +218,9 @@ enum BoincStatus {
 
 impl BoincStatus {
     const KNOWN: [&'static str; 5] = ["UNSENT", "IN_PROGRESS", "DONE", "ERROR", "ABORTED"];
+    /// A job's `boinc` byte: no status yet, or one kept in its `rare`.
+    const NONE: u8 = u8::MAX;
+    const OTHER: u8 = u8::MAX - 1;
 
     fn of(text: &str) -> BoincStatus {
         match BoincStatus::KNOWN.iter().position(|k| *k == text) {
@@ -200,32 +252,36 @@ impl Job {
         });
         let sequence = parsed.as_ref().filter(|ad| sequence::is_sequence(ad)).map(|ad| {
             // A sequence whose name can't be read is answered as a plain job.
-            Box::new(sequence::sequence_name(ad, prefix).unwrap_or_default().into_boxed_str())
+            sequence::sequence_name(ad, prefix).unwrap_or_default().into_boxed_str()
         });
         let condor_job = parsed.as_ref().and_then(map::condor_job_id).and_then(|id| condor_numbers(&id));
         let final_ad = rec.final_ad.as_deref().and_then(|t| ClassAd::parse(t).ok());
         let final_status = match (rec.phase, rec.status, final_ad) {
             // A cancelled job keeps its final status: a held job's reason
             // must outlive the gridmanager's cancel and its restart.
-            (Phase::Final | Phase::Cancelled, Some(s), Some(ad)) => Some(Box::new((s, ad))),
-            (Phase::Final, ..) => Some(Box::new((job_status::HELD, held_ad(&rec.batch, "the final status of this job was lost")))),
+            (Phase::Final | Phase::Cancelled, Some(s), Some(ad)) => Some((s, ad)),
+            (Phase::Final, ..) => Some((job_status::HELD, held_ad(&rec.batch, "the final status of this job was lost"))),
             _ => None,
         };
         let lease_until = rec.lease_until;
-        let job = Job {
+        let mut job = Job {
             batch: batches.share(&rec.boinc_batch),
-            recorded: parsed.is_some(),
-            sequence,
-            condor_job,
-            phase: rec.phase,
-            boinc: rec.boinc_status.as_deref().map(BoincStatus::of),
-            final_status,
-            busy: false,
-            submitting_since: None,
-            failures: 0,
             lease_until,
+            rare: None,
+            condor: CondorJob::new(condor_job),
+            phase: rec.phase,
+            boinc: BoincStatus::NONE,
+            recorded: parsed.is_some(),
+            busy: false,
             retired: rec.retired,
+            boinc_unsaved: false,
         };
+        if let Some(s) = rec.boinc_status.as_deref() {
+            job.set_boinc(BoincStatus::of(s));
+        }
+        if sequence.is_some() || final_status.is_some() {
+            job.rare = Some(Box::new(Rare { sequence, final_status, ..Rare::default() }));
+        }
         (job, parsed)
     }
 
@@ -233,38 +289,120 @@ impl Job {
     fn unknown(batch: &str, batches: &mut BatchNames) -> Job {
         Job {
             batch: batches.share(batch),
-            recorded: false,
-            sequence: None,
-            condor_job: None,
-            phase: Phase::Active,
-            boinc: None,
-            final_status: None,
-            busy: false,
-            submitting_since: None,
-            failures: 0,
             lease_until: 0.0,
+            rare: None,
+            condor: CondorJob::UNKNOWN,
+            phase: Phase::Active,
+            boinc: BoincStatus::NONE,
+            recorded: false,
+            busy: false,
             retired: false,
+            boinc_unsaved: false,
         }
     }
 
     fn watched(&self) -> bool {
-        self.phase == Phase::Active && self.final_status.is_none()
+        self.phase == Phase::Active && self.final_status().is_none()
+    }
+
+    /// Its `rare` part, made if it has none.
+    fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// Drops its `rare` part once there is nothing in it.
+    fn tidy(&mut self) {
+        if self.rare.as_deref().is_some_and(Rare::is_empty) {
+            self.rare = None;
+        }
+    }
+
+    fn sequence(&self) -> Option<&str> {
+        self.rare.as_ref()?.sequence.as_deref()
     }
 
     /// A work sequence: its SequenceRelocator watches its BOINC jobs.
     fn is_sequence(&self) -> bool {
-        self.sequence.is_some()
+        self.sequence().is_some()
     }
 
     /// Its sequence's name, if it is a sequence job.
     fn sequence_name(&self) -> Option<String> {
-        self.sequence.as_deref().filter(|n| !n.is_empty()).map(|n| n.to_string())
+        self.sequence().filter(|n| !n.is_empty()).map(|n| n.to_string())
     }
 
     /// `<cluster>.<proc>` of its HTCondor job, or `unknown`.
     fn condor_job(&self) -> String {
-        self.condor_job.map_or_else(|| "unknown".into(), |(c, p)| format!("{c}.{p}"))
+        self.condor.to_string()
     }
+
+    fn final_status(&self) -> Option<&(i32, ClassAd)> {
+        self.rare.as_ref()?.final_status.as_ref()
+    }
+
+    fn set_final_status(&mut self, status: i32, ad: ClassAd) {
+        self.rare_mut().final_status = Some((status, ad));
+    }
+
+    /// Its last status in query_batch2, if any.
+    fn boinc(&self) -> Option<&str> {
+        match self.boinc {
+            BoincStatus::NONE => None,
+            BoincStatus::OTHER => self.rare.as_ref()?.other_status.as_deref(),
+            known => BoincStatus::KNOWN.get(usize::from(known)).copied(),
+        }
+    }
+
+    fn set_boinc(&mut self, status: BoincStatus) {
+        match status {
+            BoincStatus::Known(k) => {
+                self.boinc = k;
+                if self.rare.as_ref().is_some_and(|r| r.other_status.is_some()) {
+                    self.rare_mut().other_status = None;
+                    self.tidy();
+                }
+            }
+            BoincStatus::Other(text) => {
+                self.boinc = BoincStatus::OTHER;
+                self.rare_mut().other_status = Some(*text);
+            }
+        }
+    }
+
+    fn submitting_since(&self) -> Option<Instant> {
+        self.rare.as_ref()?.submitting_since
+    }
+
+    /// Its submission begins (the first time: when it began is kept).
+    fn submitting(&mut self) {
+        self.rare_mut().submitting_since.get_or_insert_with(Instant::now);
+    }
+
+    /// It is submitted: when its submission began no longer matters.
+    fn submitted(&mut self) {
+        if let Some(r) = self.rare.as_mut() {
+            r.submitting_since = None;
+        }
+        self.tidy();
+    }
+
+    /// One more failed delivery or failure lookup: how many there were.
+    fn failed(&mut self) -> u32 {
+        let r = self.rare_mut();
+        r.failures += 1;
+        r.failures
+    }
+}
+
+/// The BOINC batches of `jobs`, each once, in order. Gathered one by one:
+/// collecting 100,000 jobs' names into a set first made a `String` of each
+/// and a `Vec` of them all (5 MB at the peak of the memory bench).
+fn batches_of<'a>(jobs: impl Iterator<Item = &'a Job>) -> Vec<String> {
+    let mut batches = std::collections::BTreeSet::new();
+    for j in jobs {
+        batches.insert(&*j.batch);
+    }
+    batches.into_iter().map(str::to_string).collect()
 }
 
 /// `<cluster>.<proc>` as two numbers.
@@ -273,24 +411,48 @@ fn condor_numbers(id: &str) -> Option<(u32, u32)> {
     Some((c.parse().ok()?, p.parse().ok()?))
 }
 
+/// A BOINC batch name shared by its jobs in memory: a thin pointer (8
+/// bytes; an `Rc<str>` is 16).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct BatchName(Rc<Box<str>>);
+
+impl std::ops::Deref for BatchName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for BatchName {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for BatchName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// One copy of each BOINC batch name, shared by the jobs in memory (a
 /// batch has up to `max_batch_jobs` of them).
 #[derive(Default)]
-struct BatchNames(HashSet<Rc<str>>);
+struct BatchNames(HashSet<BatchName>);
 
 impl BatchNames {
-    fn share(&mut self, name: &str) -> Rc<str> {
+    fn share(&mut self, name: &str) -> BatchName {
         if let Some(n) = self.0.get(name) {
             return n.clone();
         }
-        let n: Rc<str> = name.into();
+        let n = BatchName(Rc::new(name.into()));
         self.0.insert(n.clone());
         n
     }
 
     /// Forgets the names no job holds any more.
     fn prune(&mut self) {
-        self.0.retain(|n| Rc::strong_count(n) > 1);
+        self.0.retain(|n| Rc::strong_count(&n.0) > 1);
     }
 }
 
@@ -317,7 +479,7 @@ impl BlahProject {
             store,
             rpc: None,
             sequences: None,
-            jobs: HashMap::new(),
+            jobs: JobStore::default(),
             batch_names: BatchNames::default(),
             submitting: HashSet::new(),
             retired_batches: HashSet::new(),
@@ -325,6 +487,7 @@ impl BlahProject {
             completed: CompletedCache::default(),
             refreshing: false,
             refresh_again: false,
+            saving_statuses: false,
             upkeep_running: false,
             aborts: HashSet::new(),
         }
@@ -384,7 +547,7 @@ impl BlahProject {
                     Job::unknown(&batch, &mut act.batch_names)
                 }
             };
-            act.jobs.insert(name.as_str().into(), job);
+            act.jobs.insert(&name, job);
             act.advance(&name, ctx);
         }))
     }
@@ -529,9 +692,9 @@ mod job_tests {
 
     #[test]
     fn a_job_in_memory_is_small() {
-        // What a job in flight costs besides its name (the map's key): no
-        // submit ad, its batch name shared.
-        assert!(std::mem::size_of::<Job>() <= 96, "{}", std::mem::size_of::<Job>());
+        // What a job in flight costs besides its name (in the JobStore): no
+        // submit ad, its batch name shared, what few jobs have apart.
+        assert!(std::mem::size_of::<Job>() <= 40, "{}", std::mem::size_of::<Job>());
     }
 
     #[test]
@@ -550,8 +713,18 @@ mod job_tests {
         let mut names = BatchNames::default();
         let mut job = Job::unknown("b", &mut names);
         assert_eq!(job.condor_job(), "unknown");
-        job.condor_job = Some((42, 3));
+        job.condor = CondorJob::new(Some((42, 3)));
         assert_eq!(job.condor_job(), "42.3");
+        job.condor = CondorJob::new(Some((u32::MAX - 1, u32::MAX)));
+        assert_eq!(job.condor_job(), format!("{}.{}", u32::MAX - 1, u32::MAX));
+    }
+
+    #[test]
+    fn batches_are_named_once_each_in_order() {
+        let mut names = BatchNames::default();
+        let jobs: Vec<Job> = ["b2", "b1", "b2", "b3", "b1"].iter().map(|b| Job::unknown(b, &mut names)).collect();
+        assert_eq!(batches_of(jobs.iter()), ["b1", "b2", "b3"]);
+        assert!(batches_of(jobs.iter().take(0)).is_empty());
     }
 
     #[test]
@@ -559,7 +732,7 @@ mod job_tests {
         let mut names = BatchNames::default();
         let a = Job::unknown("batch_a", &mut names);
         let b = Job::unknown("batch_a", &mut names);
-        assert!(Rc::ptr_eq(&a.batch, &b.batch));
+        assert!(Rc::ptr_eq(&a.batch.0, &b.batch.0));
         let c = Job::unknown("batch_c", &mut names);
         drop((a, b));
         names.prune();

@@ -56,20 +56,19 @@ impl BlahProject {
         for rec in records {
             let name = rec.batch.clone();
             // The submit ad comes with the record (a job in memory keeps none).
-            let (job, ad) = match self.jobs.get_mut(name.as_str()) {
-                Some(job) => {
-                    let ad = Some(rec.ad.as_str()).filter(|_| job.recorded).and_then(|t| ClassAd::parse(t).ok());
-                    (job, ad)
-                }
+            let ad = match self.jobs.get(name.as_str()) {
+                Some(job) => Some(rec.ad.as_str()).filter(|_| job.recorded).and_then(|t| ClassAd::parse(t).ok()),
                 None => {
                     let (job, ad) = Job::from_record_with_ad(rec, &mut self.batch_names, &self.config.blah.name_prefix);
-                    (self.jobs.entry(name.as_str().into()).or_insert(job), ad)
+                    self.jobs.insert(&name, job);
+                    ad
                 }
             };
+            let Some(job) = self.jobs.get_mut(name.as_str()) else { continue };
             // Cancelled since the database said otherwise.
             if job.phase == Phase::Submitting {
                 job.busy = true;
-                job.submitting_since.get_or_insert_with(Instant::now);
+                job.submitting();
                 members.push((name, ad));
             }
         }
@@ -192,6 +191,7 @@ impl BlahProject {
                     job.phase = Phase::Active;
                     // Created with the lease as its expiry (see pipeline_config).
                     job.lease_until = until;
+                    job.submitted();
                     submitted.push(name);
                 }
                 self.store.write_rows("store a submission", submitted, move |c, j| {
@@ -202,7 +202,7 @@ impl BlahProject {
             }
             Err((members, why)) => {
                 let timeout = self.config.blah.submit_timeout;
-                let waiting = members.iter().filter_map(|n| self.jobs.get(n.as_str())).filter_map(|j| j.submitting_since).min();
+                let waiting = members.iter().filter_map(|n| self.jobs.get(n.as_str())).filter_map(Job::submitting_since).min();
                 if why.project_down() && waiting.is_some_and(|t| t.elapsed() < timeout) {
                     tracing::info!(batch = %batch, "the project is down for maintenance; submitting again later: {}", self.auth().redact_in(&why.to_string()));
                     for name in &members {

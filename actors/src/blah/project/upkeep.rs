@@ -1,7 +1,7 @@
 //! What runs on a timer: leases renewed, batches retired once every job
 //! in them is delivered or removed, records pruned.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::time::Instant;
 
 use actix::prelude::*;
@@ -59,14 +59,7 @@ impl BlahProject {
         }
         let lease = self.config.blah.lease.as_secs_f64();
         let now = unix_now();
-        let renew: Vec<String> = self
-            .jobs
-            .values()
-            .filter(|j| j.watched() && !j.is_sequence() && j.lease_until < now + lease / 2.0)
-            .map(|j| j.batch.to_string())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .collect();
+        let renew = batches_of(self.jobs.values().filter(|j| j.watched() && !j.is_sequence() && j.lease_until < now + lease / 2.0));
         if renew.is_empty() {
             return;
         }
@@ -90,7 +83,7 @@ impl BlahProject {
             let mut leased = Vec::new();
             for (name, j) in act.jobs.iter_mut().filter(|(_, j)| renewed.contains(&*j.batch)) {
                 j.lease_until = now + lease;
-                leased.push(name.clone());
+                leased.push(Box::<str>::from(name));
             }
             act.store.write_rows("store a lease", leased, move |c, name| store::set_lease(c, name, now + lease));
         });
