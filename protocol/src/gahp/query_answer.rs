@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::fmt;
 
 use super::escape::escape_into;
-use super::reply::seconds;
 
 /// The answer: ` NULL <server_time> {<n> {<job> <status>}*}*` as the reply
 /// announced and listed it. A job is its name's length (LEB128), the
@@ -213,6 +212,13 @@ impl QueryAnswerChunks<'_> {
         }
         (!self.buf.is_empty()).then_some(&self.buf[..])
     }
+}
+
+/// C's `%f`. A non-finite value (a bug upstream) is written as 0 so the
+/// client still gets a number.
+pub(crate) fn seconds(v: f64) -> String {
+    let v = if v.is_finite() { v } else { 0.0 };
+    format!("{v:.6}")
 }
 
 fn put_len(out: &mut Vec<u8>, mut n: usize) {

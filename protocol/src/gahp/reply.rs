@@ -9,7 +9,7 @@ use super::blah::BlahResult;
 use super::error_text::truncate;
 pub use super::error_text::MAX_ERROR_LEN;
 use super::escape::{escape_into, join_args, split_args};
-use super::query_answer::QueryAnswer;
+use super::query_answer::{seconds, QueryAnswer};
 use super::reqid::ReqId;
 
 /// The banner (§1.3), also the `VERSION` reply after `S `. Spaces inside
@@ -208,13 +208,6 @@ impl CommandResult {
             CommandResult::Blah(_) => {}
         }
     }
-}
-
-/// C's `%f`. A non-finite value (a bug upstream) is written as 0 so the
-/// client still gets a number.
-pub(crate) fn seconds(v: f64) -> String {
-    let v = if v.is_finite() { v } else { 0.0 };
-    format!("{v:.6}")
 }
 
 /// An error message must be non-empty and not `NULL` (which means success,
