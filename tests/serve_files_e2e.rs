@@ -235,10 +235,16 @@ fn a_blah_job_through_connect_gets_its_inputs_there_and_its_outputs_back_and_unk
     assert!(!std::fs::read_to_string(iwd.join("summary.txt")).unwrap().is_empty());
     assert!(!iwd.join("summary").exists(), "remapped");
     assert!(iwd.join("job.out").exists() && iwd.join("job.err").exists());
-    // On the project its BOINC names are the client's.
+    // On the project its BOINC name is the client's (its batch, shared
+    // by every client on the account, names none).
     let boinc = format!("alice~blah#{job_dir}#1");
-    assert_eq!(sim.batches_named(&boinc).len(), 1, "{boinc}");
-    eventually("the batch is retired", || sim.batches_named(&boinc)[0]["state"].as_i64() == Some(4));
+    let state = sim.state();
+    let jobs: Vec<&serde_json::Value> = state["jobs"].as_array().unwrap().iter().filter(|j| j["name"] == boinc.as_str()).collect();
+    assert_eq!(jobs.len(), 1, "{boinc}");
+    let batch = jobs[0]["batch"].clone();
+    eventually("the batch is retired", || {
+        sim.state()["batches"].as_array().unwrap().iter().any(|b| b["id"] == batch && b["state"].as_i64() == Some(4))
+    });
 
     // Ids this client has no job of: answered without asking the project.
     std::thread::sleep(Duration::from_millis(500));
