@@ -14,7 +14,7 @@ use hashbrown::HashTable;
 pub(super) struct JobStore<V> {
     /// Every name an entry holds, and the holes removed ones left.
     names: String,
-    entries: Vec<Entry<V>>,
+    entries: Chunked<Entry<V>>,
     /// Positions in `entries`, hashed by their names.
     index: HashTable<u32>,
     hasher: RandomState,
@@ -31,7 +31,94 @@ struct Entry<V> {
 
 impl<V> Default for JobStore<V> {
     fn default() -> Self {
-        JobStore { names: String::new(), entries: Vec::new(), index: HashTable::new(), hasher: RandomState::new(), dead: 0 }
+        JobStore { names: String::new(), entries: Chunked::default(), index: HashTable::new(), hasher: RandomState::new(), dead: 0 }
+    }
+}
+
+/// Records a `Vec` would hold, in chunks of [`CHUNK`]: grown a chunk at a
+/// time, where a doubling `Vec` held its old and new copies at once as it
+/// grew (6 MB of records at 100,000 jobs). Every chunk but the last is
+/// full, and none is empty.
+struct Chunked<T> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+}
+
+const CHUNK: usize = 4096;
+
+impl<T> Default for Chunked<T> {
+    fn default() -> Self {
+        Chunked { chunks: Vec::new(), len: 0 }
+    }
+}
+
+impl<T> Chunked<T> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn get(&self, i: usize) -> Option<&T> {
+        self.chunks.get(i / CHUNK)?.get(i % CHUNK)
+    }
+
+    fn push(&mut self, value: T) {
+        match self.chunks.last_mut() {
+            Some(last) if last.len() < CHUNK => last.push(value),
+            _ => {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                chunk.push(value);
+                self.chunks.push(chunk);
+            }
+        }
+        self.len += 1;
+    }
+
+    fn pop(&mut self) -> Option<T> {
+        let last = self.chunks.last_mut()?;
+        let value = last.pop()?;
+        if last.is_empty() {
+            self.chunks.pop();
+        }
+        self.len -= 1;
+        Some(value)
+    }
+
+    /// As `Vec::swap_remove`: the last record takes its place.
+    fn swap_remove(&mut self, i: usize) -> Option<T> {
+        if i >= self.len {
+            return None;
+        }
+        let last = self.pop()?;
+        if i == self.len {
+            return Some(last);
+        }
+        let slot = self.chunks.get_mut(i / CHUNK)?.get_mut(i % CHUNK)?;
+        Some(std::mem::replace(slot, last))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.chunks.iter().flatten()
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.chunks.iter_mut().flatten()
+    }
+}
+
+impl<T> std::ops::Index<usize> for Chunked<T> {
+    type Output = T;
+    fn index(&self, i: usize) -> &T {
+        &self.chunks[i / CHUNK][i % CHUNK]
+    }
+}
+
+impl<T> std::ops::IndexMut<usize> for Chunked<T> {
+    fn index_mut(&mut self, i: usize) -> &mut T {
+        &mut self.chunks[i / CHUNK][i % CHUNK]
     }
 }
 
@@ -96,7 +183,7 @@ impl<V> JobStore<V> {
         let (names, entries) = (&self.names, &self.entries);
         let found = self.index.find_entry(hash, |&at| Self::name_of(names, &entries[at as usize]) == name).ok()?;
         let at = found.remove().0 as usize;
-        let removed = self.entries.swap_remove(at);
+        let removed = self.entries.swap_remove(at)?;
         self.dead += removed.len as usize;
         // The last entry moved into its place: its index bucket follows.
         if let Some(moved) = self.entries.get(at) {
@@ -118,7 +205,7 @@ impl<V> JobStore<V> {
     /// Squeezes the holes out of `names`.
     fn compact(&mut self) {
         let mut names = String::with_capacity(self.names.len() - self.dead);
-        for e in &mut self.entries {
+        for e in self.entries.iter_mut() {
             let start = names.len();
             names.push_str(Self::name_of(&self.names, e));
             // Shorter than the buffer it came from: it fits.
@@ -220,6 +307,33 @@ mod tests {
             }
             same(&store, &model);
         }
+    }
+
+    /// Over many chunks of records: inserts and removes anywhere (the last
+    /// record moving across chunks) against a HashMap.
+    #[test]
+    fn records_over_many_chunks_hold_what_a_hashmap_holds() {
+        let (mut store, mut model) = (JobStore::default(), HashMap::new());
+        let mut x: u64 = 7;
+        let mut next = || {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (x >> 33) as usize
+        };
+        for round in 0..80_000 {
+            let n = format!("blah#d#{}", next() % 40_000);
+            if round < 30_000 || next() % 3 != 0 {
+                assert_eq!(store.insert(&n, round), model.insert(n, round));
+            } else {
+                assert_eq!(store.remove(&n), model.remove(&n));
+            }
+        }
+        assert!(store.entries.chunks.len() > 2, "{} chunks", store.entries.chunks.len());
+        assert!(store.entries.chunks.iter().all(|c| !c.is_empty()));
+        same(&store, &model);
+        for n in model.keys() {
+            assert_eq!(store.remove(n), Some(model[n]));
+        }
+        assert!(store.entries.is_empty() && store.entries.chunks.is_empty());
     }
 
     #[test]
