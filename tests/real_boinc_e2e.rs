@@ -581,3 +581,73 @@ fn a_job_in_each_dialect_through_serve_and_connect_with_files_both_ways() {
     assert_eq!(argv_of(&std::fs::read_to_string(iwd.join("job.err")).unwrap()), ["two words"]);
     assert!(!s.log_text().contains(&real.auth), "the authenticator never reaches serve's log");
 }
+
+/// Two clients of one `serve` on one account: their `batch boinc` jobs,
+/// sent within one batch window, go into one BOINC batch on the real
+/// server (the batch both job ids name), each completes with its own
+/// output in its own `Iwd`, and the project's jobs carry each client's
+/// prefix.
+#[test]
+#[ignore = "needs a real BOINC server: deploy/real-boinc-test/run"]
+fn two_clients_blah_jobs_share_one_batch_through_serve() {
+    use common::serve::{add_client_of, serve};
+    let real = real();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let project = [(real.url.clone(), real.auth_file.clone())];
+    let clients = ["rbca", "rbcb"];
+    let token_files: Vec<PathBuf> = clients.iter().map(|c| add_client_of(dir.path(), &tokens, &project, c)).collect();
+    let s = serve(dir.path(), &tokens, &[]);
+    let mut gs: Vec<(GahpClient, PathBuf)> = clients
+        .iter()
+        .zip(&token_files)
+        .map(|(c, token)| {
+            let iwd = dir.path().join(format!("{c} job"));
+            std::fs::create_dir_all(&iwd).unwrap();
+            state_file(&iwd, "state", c);
+            (s.connect(token, &iwd, &[]), iwd)
+        })
+        .collect();
+    // Both within one window (2 s): the second submit follows the first.
+    let ids: Vec<String> = gs
+        .iter_mut()
+        .zip(clients)
+        .map(|((g, iwd), c)| {
+            let ad = job_ad(
+                iwd,
+                &format!("rbcs_{c}_{}", real.tag),
+                &[
+                    ("BoincApp", Value::Str("stepper".into())),
+                    ("TransferInput", Value::Str(iwd.join("state").display().to_string())),
+                    ("Out", Value::Str("job.out".into())),
+                    ("Err", Value::Str("job.err".into())),
+                ],
+            );
+            let r = blah(g, BlahCommand::JobSubmit { ad });
+            assert_eq!(r[..2], ["0", "No error"], "{c}: {r:?}");
+            r[2].clone()
+        })
+        .collect();
+    for (((g, iwd), id), c) in gs.iter_mut().zip(&ids).zip(clients) {
+        let (st, ad) = wait_blah_final(&real, g, id);
+        assert_eq!(st, 4, "{c} completed: {ad}");
+        assert_eq!(std::fs::read_to_string(iwd.join("state")).unwrap(), stepped(c, 1), "{c}'s own output");
+    }
+    // `boinc/<key>/<batch>/<job>`: one batch for both.
+    let batch_of = |id: &str| id.split('/').nth(2).map(str::to_string);
+    assert!(ids[0].split('/').count() == 4 && batch_of(&ids[0]) == batch_of(&ids[1]), "one batch: {ids:?}");
+    let batch = batch_of(&ids[0]).unwrap();
+    assert!(batch.starts_with("blah#shared-"), "{batch}");
+    // On the project: that batch holds both jobs, each named for its client.
+    let direct_dir = dir.path().join("direct");
+    std::fs::create_dir_all(&direct_dir).unwrap();
+    let mut direct = daemon(&real, &direct_dir, "");
+    let r = call(&mut direct, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec![batch.clone()] });
+    assert_eq!(r[0], "NULL", "the project has {batch}: {r:?}");
+    let names: Vec<&String> = r[3..].iter().step_by(2).collect();
+    assert_eq!(names.len(), 2, "{r:?}");
+    for c in clients {
+        assert_eq!(names.iter().filter(|n| n.starts_with(&format!("{c}~blah#"))).count(), 1, "{c}: {r:?}");
+    }
+    assert!(!s.log_text().contains(&real.auth), "the authenticator never reaches serve's log");
+}
