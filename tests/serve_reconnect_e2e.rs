@@ -418,7 +418,7 @@ impl CutUpload {
         g.send_raw(&lines).unwrap();
 
         let area_in = s.files("ann").join(".transfer/in");
-        let mut cut = CutUpload { sim, dir, tokens, port, inputs, g, id, area_in };
+        let cut = CutUpload { sim, dir, tokens, port, inputs, g, id, area_in };
         let deadline = Instant::now() + WAIT;
         while cut.up() < 5 {
             assert!(Instant::now() < deadline, "no input went up");
