@@ -10,6 +10,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::blah::*;
 use common::serve::*;
 use common::*;
 use gahp_protocol::classad::{ClassAd, Value};
@@ -18,36 +19,6 @@ use gahp_protocol::gahp::BlahCommand;
 
 /// A sequence's steps run one after another.
 const SEQUENCE_WAIT: Duration = Duration::from_secs(180);
-
-fn str_value(v: &str) -> Value {
-    Value::Str(v.into())
-}
-
-/// A BLAH command through the client; its result's fields after the id.
-fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
-    g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, WAIT).unwrap()
-}
-
-/// Submits the ad; its job id.
-fn submit(g: &mut GahpClient, ad: ClassAd) -> String {
-    let r = blah(g, BlahCommand::JobSubmit { ad });
-    assert_eq!(r[..2], ["0", "No error"], "{r:?}");
-    r[2].clone()
-}
-
-/// Polls the job's status until it is neither idle nor running; its
-/// status fields (code, error, status, ad).
-fn wait_final(g: &mut GahpClient, id: &str, within: Duration) -> Vec<String> {
-    let until = Instant::now() + within;
-    loop {
-        let r = blah(g, BlahCommand::JobStatus { job_id: id.into() });
-        if r[0] == "0" && r[2] != "1" && r[2] != "2" {
-            return r;
-        }
-        assert!(Instant::now() < until, "{id} did not end in time: {r:?}");
-        std::thread::sleep(Duration::from_millis(150));
-    }
-}
 
 /// A config file for serve: sequences looked at every 0.2 s, BLAH
 /// statuses every 0.3 s, and `extra` in its `[blah]` table.

@@ -10,37 +10,11 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::blah::*;
 use common::serve::*;
 use common::*;
-use gahp_protocol::classad::{ClassAd, Value};
+use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::BlahCommand;
-
-fn str_value(v: &str) -> Value {
-    Value::Str(v.into())
-}
-
-fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
-    g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, WAIT).unwrap()
-}
-
-fn submit(g: &mut GahpClient, ad: ClassAd) -> String {
-    let r = blah(g, BlahCommand::JobSubmit { ad });
-    assert_eq!(r[..2], ["0", "No error"], "{r:?}");
-    r[2].clone()
-}
-
-/// Polls the job's status until it is neither idle nor running.
-fn wait_final(g: &mut GahpClient, id: &str, within: Duration) -> Vec<String> {
-    let until = Instant::now() + within;
-    loop {
-        let r = blah(g, BlahCommand::JobStatus { job_id: id.into() });
-        if r[0] == "0" && r[2] != "1" && r[2] != "2" {
-            return r;
-        }
-        assert!(Instant::now() < until, "{id} did not end in time: {r:?}");
-        std::thread::sleep(Duration::from_millis(150));
-    }
-}
 
 /// Serve's config: a batch gathers jobs for `window` seconds.
 fn serve_config(dir: &Path, window: f64) -> PathBuf {

@@ -12,6 +12,7 @@ pub use gahp_protocol::Authenticator;
 pub use gahp_testkit::http;
 pub use gahp_testkit::GahpClient;
 
+pub mod blah;
 pub mod ledger;
 pub mod serve;
 
