@@ -3,7 +3,8 @@
 //! jobs they submit within one window; each job stays its client's (its
 //! outputs in its client's Iwd, its id unknown to the others). Another
 //! account gets its own batch; a kill -9 of serve mid-submit makes no job
-//! twice. The real binaries over TLS against the simulated project.
+//! twice, and a client whose link drops mid-submit finds its jobs when it
+//! comes back. The real binaries over TLS against the simulated project.
 
 mod common;
 
@@ -244,6 +245,57 @@ fn kill_9_of_serve_while_a_shared_batch_is_submitted_makes_every_job_once() {
     assert_eq!((batches.len(), alone), (3, 2), "{batches:?}");
     let anns = batches.iter().find(|(name, _)| *name == first[0].0).map(|(_, jobs)| jobs.clone()).unwrap_or_default();
     assert!(anns.len() == 2 && anns.iter().all(|j| j.starts_with("ann~")), "{batches:?}");
+}
+
+#[test]
+fn a_client_that_leaves_while_its_shared_batch_is_submitted_finds_its_jobs_when_it_comes_back() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let names = ["ann", "bo", "cy"];
+    let token: Vec<PathBuf> = names.iter().map(|n| add_client(dir.path(), &tokens, &sim, n)).collect();
+    let config = serve_config(dir.path(), 2.0);
+    let s = serve_with(dir.path(), &tokens, &["--config", config.to_str().unwrap()], &["--insecure-loopback"]);
+    // The shared submit_batch hangs 4 s, then fails; the retry goes through.
+    sim.set_faults(serde_json::json!({"seed": 1, "script": [
+        {"endpoint": "submit_rpc_handler.php:submit_batch", "nth": 1, "kind": "hang", "hang_ms": 4000},
+    ]}));
+    let mut clients: Vec<Client> = names.iter().zip(&token).map(|(n, t)| connect(&s, t, n, dir.path())).collect();
+    for i in 0..2 {
+        for c in &mut clients {
+            c.submit(dir.path(), i);
+        }
+    }
+    let until = Instant::now() + WAIT;
+    while sim.calls("submit_rpc_handler.php:submit_batch") < 1 {
+        assert!(Instant::now() < until, "submit_batch did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Bo's link drops mid-submit (his connect is killed).
+    let mut bo = clients.remove(1);
+    bo.g.kill();
+    let bo_jobs = bo.jobs;
+    for c in &mut clients {
+        c.all_complete();
+    }
+    // Bo comes back: his jobs were in the shared batch all along.
+    let mut bo = connect(&s, &token[1], "bo", dir.path());
+    bo.jobs = bo_jobs;
+    bo.all_complete();
+
+    let batches = sim_batches(&sim);
+    assert_eq!(batches.len(), 1, "one batch, bo's jobs in it: {batches:?}");
+    let mut all = batches[0].1.clone();
+    all.sort();
+    let mut want: Vec<String> = names.iter().flat_map(|n| (0..2).map(move |i| format!("{n}~blah#home_bl_{n}_{i}.0_1#1"))).collect();
+    want.sort();
+    assert_eq!(all, want, "every job once");
+    assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1);
+    let until = Instant::now() + WAIT;
+    while sim.state()["batches"][0]["state"].as_i64() != Some(4) {
+        assert!(Instant::now() < until, "the shared batch was not retired: {}", sim.state()["batches"]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The measure of BENCHMARKS.md: 20 clients of 5 jobs each through one
