@@ -1,9 +1,9 @@
 //! Memory with many jobs in flight (issue 21). Prints numbers; asserts
 //! nothing about time or memory. Run:
 //!
-//!     cargo bench --bench memory_bench                 # 10k, 100k, 1M BOINC_* jobs; 10k, 100k BLAH jobs
+//!     cargo bench --bench memory_bench                 # 10k, 100k, 1M BOINC_* jobs; 10k, 100k BLAH jobs (paced and flood)
 //!     cargo bench --bench memory_bench -- --quick      # 10k and 100k BOINC_*, 10k BLAH
-//!     cargo bench --bench memory_bench -- boinc        # only the BOINC_* front end (or `blah`, `parse`, `at_once`, `boinc_1m`, `blah_100k`)
+//!     cargo bench --bench memory_bench -- boinc        # only the BOINC_* front end (or `blah`, `parse`, `at_once`, `boinc_1m`, `blah_100k`, `blah_flood`)
 //!
 //! The simulated project has one host that never finishes a job
 //! (`[[hosts]] count = 1, flops = 1e-3`), so every job stays in flight.
@@ -11,7 +11,11 @@
 //! `<batch>_<k>` are submitted one after another, then three
 //! BOINC_QUERY_BATCHES of all batches at once; the daemon's peak RSS
 //! (VmHWM) is read at each step. `at_once` sends the same submits all at
-//! once instead. `rss_point` lines feed
+//! once instead. The BLAH jobs are sent as a gridmanager sends them, at
+//! most 50 commands pending (`GRIDMANAGER_MAX_PENDING_REQUESTS`) and the
+//! results read as each `R` comes; `blah_flood` sends every command
+//! before it reads a result, so the daemon holds them all unread.
+//! `rss_point` lines feed
 //! `benches/rss_plot.py`, which draws the SVG in BENCHMARKS.md.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -426,9 +430,38 @@ fn boinc_submits_at_once(jobs: usize) {
     println!("rss_point at_once {jobs} {peak:.1}");
 }
 
-/// `n` BLAH_JOB_SUBMITs in flight at once, each job with its own input:
-/// the daemon's peak RSS and the RPCs per job.
-fn blah_front_end(n: usize) {
+/// HTCondor's gridmanager has at most this many commands pending at a
+/// GAHP (`GRIDMANAGER_MAX_PENDING_REQUESTS`, 50 unless set) and reads
+/// results as each `R` comes.
+const GRIDMANAGER_PENDING: usize = 50;
+
+/// Sends `n` BLAH commands, at most `pending` of them waiting for their
+/// results at once (`None`: all of them sent before any result is read);
+/// their results, in the order sent.
+fn send_paced(g: &mut GahpClient, n: usize, pending: Option<usize>, command: impl Fn(usize) -> BlahCommand) -> Vec<Vec<String>> {
+    let cap = pending.unwrap_or(usize::MAX);
+    let first = g.reqid() + 1;
+    let mut out: Vec<Option<Vec<String>>> = vec![None; n];
+    let (mut sent, mut done) = (0, 0);
+    while done < n {
+        while sent < n && sent - done < cap {
+            let id = g.reqid();
+            g.submit_async(&Request::Blah { reqid: ReqId(id), command: command(sent) }).unwrap();
+            sent += 1;
+        }
+        for (id, r) in g.wait_any(WAIT).unwrap() {
+            let slot = &mut out[(id - first) as usize];
+            assert!(slot.replace(r).is_none(), "two results for request {id}");
+            done += 1;
+        }
+    }
+    out.into_iter().map(|r| r.unwrap()).collect()
+}
+
+/// `n` BLAH_JOB_SUBMITs, each job with its own input, then a
+/// BLAH_JOB_STATUS of each, `pending` as in [`send_paced`]: the daemon's
+/// peak RSS and the RPCs per job.
+fn blah_front_end(n: usize, pending: Option<usize>) {
     let dir = tempfile::tempdir().unwrap();
     let sim = sim(dir.path());
     let Request::SelectProject { url, authenticator } = sim.select() else { unreachable!() };
@@ -442,28 +475,20 @@ fn blah_front_end(n: usize) {
     std::fs::create_dir_all(&iwd).unwrap();
     std::fs::write(iwd.join("in"), "blah memory bench\n").unwrap();
     let t = Instant::now();
-    let first = g.reqid() + 1;
-    for i in 0..n {
-        let ad = blah_job_ad(&iwd, &format!("home_bl_mem_{i}.0"), &[("TransferInput", Value::Str("in".into()))]);
-        let id = g.reqid();
-        g.submit_async(&Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }).unwrap();
-    }
-    let mut ids = Vec::with_capacity(n);
-    for id in first..first + n as u32 {
-        let r = g.wait_result(id, WAIT).unwrap();
-        assert_eq!(r[0], "0", "{r:?}");
-        ids.push(r[2].clone());
-    }
+    let submits = send_paced(&mut g, n, pending, |i| BlahCommand::JobSubmit {
+        ad: blah_job_ad(&iwd, &format!("home_bl_mem_{i}.0"), &[("TransferInput", Value::Str("in".into()))]),
+    });
+    let ids: Vec<String> = submits
+        .into_iter()
+        .map(|r| {
+            assert_eq!(r[0], "0", "{r:?}");
+            r[2].clone()
+        })
+        .collect();
     let submit = t.elapsed();
     let after_submit = rss(pid);
     let t = Instant::now();
-    let first = g.reqid() + 1;
-    for job_id in &ids {
-        let id = g.reqid();
-        g.submit_async(&Request::Blah { reqid: ReqId(id), command: BlahCommand::JobStatus { job_id: job_id.clone() } }).unwrap();
-    }
-    for id in first..first + n as u32 {
-        let r = g.wait_result(id, WAIT).unwrap();
+    for r in send_paced(&mut g, n, pending, |i| BlahCommand::JobStatus { job_id: ids[i].clone() }) {
         assert_eq!(r[0], "0", "{r:?}");
     }
     let status = t.elapsed();
@@ -472,8 +497,12 @@ fn blah_front_end(n: usize) {
     let counts = state["rpc_counts"].as_object().unwrap();
     let total: u64 = counts.values().map(|v| v.as_u64().unwrap_or(0)).sum();
     println!(
-        "BLAH {n} jobs in flight: submitted in {:.1} s (RSS {:.1} MB, peak {:.1} MB), one status of each in {:.1} s; \
+        "BLAH {n} jobs in flight, {}: submitted in {:.1} s (RSS {:.1} MB, peak {:.1} MB), one status of each in {:.1} s; \
          daemon peak RSS {peak:.1} MB = {:.0} B per job (RSS now {now:.1} MB); {total} RPCs = {:.4} per job: {counts:?}",
+        match pending {
+            Some(p) => format!("at most {p} commands pending (as a gridmanager sends them)"),
+            None => "every command sent before a result is read".into(),
+        },
         submit.as_secs_f64(),
         after_submit.0,
         after_submit.1,
@@ -481,7 +510,7 @@ fn blah_front_end(n: usize) {
         peak * 1048576.0 / n as f64,
         total as f64 / n as f64
     );
-    println!("rss_point blah {n} {peak:.1}");
+    println!("rss_point {} {n} {peak:.1}", if pending.is_some() { "blah" } else { "blah_flood" });
 }
 
 fn main() {
@@ -519,7 +548,10 @@ fn main() {
     let sizes: &[usize] = if quick { &[10_000] } else { &[10_000, 100_000] };
     for &n in sizes {
         if run(&format!("blah_{}", label(n))) {
-            blah_front_end(n);
+            blah_front_end(n, Some(GRIDMANAGER_PENDING));
+        }
+        if run(&format!("blah_flood_{}", label(n))) {
+            blah_front_end(n, None);
         }
     }
 }

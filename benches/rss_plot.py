@@ -10,11 +10,12 @@ Standard library only; log scale on the jobs axis."""
 import math
 import sys
 
-COLORS = {"boinc": "#1f77b4", "blah": "#d62728", "at_once": "#2ca02c"}
+COLORS = {"boinc": "#1f77b4", "blah": "#d62728", "at_once": "#2ca02c", "blah_flood": "#ff7f0e"}
 LABELS = {
     "boinc": "BOINC_* front end",
-    "blah": "batch boinc (BLAH) front end",
+    "blah": "batch boinc (BLAH), 50 commands pending as a gridmanager",
     "at_once": "BOINC_*, the 100 submits sent at once",
+    "blah_flood": "batch boinc, every command sent before a result is read",
 }
 
 
@@ -30,7 +31,8 @@ def main():
     w, h, left, right, top, bottom = 640, 400, 70, 20, 30, 60
     lo = 10 ** math.floor(math.log10(min(j for j, _ in points)))
     hi = 10 ** math.ceil(math.log10(max(j for j, _ in points)))
-    ymax = max(50.0, math.ceil(max(m for _, m in points) / 50.0) * 50.0)
+    # Headroom above the highest point keeps the legend clear of the lines.
+    ymax = max(50.0, math.ceil(max(m for _, m in points) * 1.5 / 50.0) * 50.0)
 
     def x(jobs):
         return left + (math.log10(jobs) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)) * (w - left - right)

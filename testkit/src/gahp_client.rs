@@ -272,16 +272,7 @@ impl GahpClient {
             if let Some(r) = self.stash.remove(&reqid) {
                 return Ok(r);
             }
-            for mut line in self.results()? {
-                if line.is_empty() {
-                    return Err(bad("empty result line"));
-                }
-                let id: u32 = line[0].parse().map_err(|_| bad(format!("bad result line {line:?}")))?;
-                let rest = line.split_off(1);
-                if self.stash.insert(id, rest).is_some() {
-                    return Err(bad(format!("two results for request {id}")));
-                }
-            }
+            self.collect()?;
             if let Some(r) = self.stash.remove(&reqid) {
                 return Ok(r);
             }
@@ -290,6 +281,38 @@ impl GahpClient {
             }
             self.await_notification(Duration::from_millis(20))?;
         }
+    }
+
+    /// Every result there is, as (request id, arguments after it), waiting
+    /// for at least one (as a gridmanager that reads results as each `R`
+    /// comes).
+    pub fn wait_any(&mut self, timeout: Duration) -> io::Result<Vec<(u32, Vec<String>)>> {
+        let until = Instant::now() + timeout;
+        loop {
+            self.collect()?;
+            if !self.stash.is_empty() {
+                return Ok(self.stash.drain().collect());
+            }
+            if Instant::now() > until {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "no result"));
+            }
+            self.await_notification(Duration::from_millis(20))?;
+        }
+    }
+
+    /// One RESULTS into the stash.
+    fn collect(&mut self) -> io::Result<()> {
+        for mut line in self.results()? {
+            if line.is_empty() {
+                return Err(bad("empty result line"));
+            }
+            let id: u32 = line[0].parse().map_err(|_| bad(format!("bad result line {line:?}")))?;
+            let rest = line.split_off(1);
+            if self.stash.insert(id, rest).is_some() {
+                return Err(bad(format!("two results for request {id}")));
+            }
+        }
+        Ok(())
     }
 
     /// Waits up to `within` for an `R` line (async mode says a result is
