@@ -2,7 +2,7 @@
 //! nothing about time or memory. Run:
 //!
 //!     cargo bench --bench memory_bench                 # 10k, 100k, 1M BOINC_* jobs; 10k, 100k BLAH jobs (paced and flood)
-//!     cargo bench --bench memory_bench -- --quick      # 10k and 100k BOINC_*, 10k BLAH
+//!     cargo bench --bench memory_bench -- --quick      # 10k and 100k BOINC_*, 10k BLAH (paced and flood)
 //!     cargo bench --bench memory_bench -- boinc        # only the BOINC_* front end (or `blah`, `parse`, `at_once`, `boinc_1m`, `blah_100k`, `blah_flood`)
 //!
 //! The simulated project has one host that never finishes a job
