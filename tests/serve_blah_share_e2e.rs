@@ -3,8 +3,9 @@
 //! jobs they submit within one window; each job stays its client's (its
 //! outputs in its client's Iwd, its id unknown to the others). Another
 //! account gets its own batch; a kill -9 of serve mid-submit makes no job
-//! twice, and a client whose link drops mid-submit finds its jobs when it
-//! comes back. The real binaries over TLS against the simulated project.
+//! twice, a client whose link drops mid-submit finds its jobs when it
+//! comes back, and held jobs keep the batch until the last is removed.
+//! The real binaries over TLS against the simulated project.
 
 mod common;
 
@@ -296,6 +297,59 @@ fn a_client_that_leaves_while_its_shared_batch_is_submitted_finds_its_jobs_when_
         assert!(Instant::now() < until, "the shared batch was not retired: {}", sim.state()["batches"]);
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+#[test]
+fn a_shared_batch_waits_for_held_jobs_and_is_retired_once_the_last_is_removed() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let ann = add_client(dir.path(), &tokens, &sim, "ann");
+    let bo = add_client(dir.path(), &tokens, &sim, "bo");
+    // One failed attempt at the outputs holds a job; an attempt gives up
+    // after 3 s.
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "command_timeout_secs = 3\nretry_base_ms = 50\n[blah]\nstatus_refresh_secs = 0.3\nbatch_window_secs = 2\n\
+         default_app = \"uppercase\"\noutput_fetch_attempts = 1\n",
+    )
+    .unwrap();
+    let s = serve_with(dir.path(), &tokens, &["--config", config.to_str().unwrap()], &["--insecure-loopback"]);
+    // Every output download fails.
+    sim.set_faults(serde_json::json!({"seed": 1, "rules": {"get_output.php:*": {"http500": 1.0}}}));
+    let mut clients = [connect(&s, &ann, "ann", dir.path()), connect(&s, &bo, "bo", dir.path())];
+    let ids: Vec<String> = clients
+        .iter_mut()
+        .map(|c| {
+            let iwd = dir.path().join(format!("{} job", c.name));
+            submit(&mut c.g, uppercase_job(&iwd, &format!("home_bl_{}_0.0_1", c.name)))
+        })
+        .collect();
+    for (c, id) in clients.iter_mut().zip(&ids) {
+        let r = wait_final(&mut c.g, id, WAIT);
+        assert_eq!(r[2], "5", "{}'s job is held: {r:?}", c.name);
+    }
+    assert_eq!(sim_batches(&sim).len(), 1, "one shared batch");
+    let retired = || sim.calls("submit_rpc_handler.php:retire_batch");
+    let wait_retired = || {
+        let until = Instant::now() + WAIT;
+        while sim.state()["batches"][0]["state"].as_i64() != Some(4) {
+            assert!(Instant::now() < until, "the shared batch was not retired: {}", sim.state()["batches"]);
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    // A held job may be released and its outputs fetched again: the batch
+    // stays while either client holds one, ann's removal (condor_rm) or not.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(retired(), 0, "retired under held jobs");
+    assert_eq!(blah(&mut clients[0].g, BlahCommand::JobCancel { job_id: ids[0].clone() })[0], "0");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(retired(), 0, "retired under bo's held job");
+    // Bo removes his: nobody needs the batch any more.
+    assert_eq!(blah(&mut clients[1].g, BlahCommand::JobCancel { job_id: ids[1].clone() })[0], "0");
+    wait_retired();
+    assert_eq!(retired(), 1);
 }
 
 /// The measure of BENCHMARKS.md: 20 clients of 5 jobs each through one
