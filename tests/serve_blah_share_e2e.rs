@@ -53,6 +53,15 @@ fn sim_rpcs(sim: &Sim) -> u64 {
     sim.state()["rpc_counts"].as_object().unwrap().values().filter_map(|v| v.as_u64()).sum()
 }
 
+/// Waits until every batch on the project is retired.
+fn wait_all_retired(sim: &Sim) {
+    let until = Instant::now() + WAIT;
+    while sim.state()["batches"].as_array().unwrap().iter().any(|b| b["state"].as_i64() != Some(4)) {
+        assert!(Instant::now() < until, "not every batch was retired: {}", sim.state()["batches"]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 struct Client {
     name: String,
     g: GahpClient,
@@ -148,11 +157,7 @@ fn clients_on_one_account_share_one_batch_and_each_keeps_its_jobs() {
     assert_eq!(r[2], "4", "{r:?}");
 
     // Retired once every client's jobs are delivered, not before.
-    let until = Instant::now() + WAIT;
-    while sim.state()["batches"][0]["state"].as_i64() != Some(4) {
-        assert!(Instant::now() < until, "the shared batch was not retired: {}", sim.state()["batches"]);
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_all_retired(&sim);
     assert_eq!(sim.calls("submit_rpc_handler.php:retire_batch"), 1, "retired once, by the last client done");
 }
 
@@ -292,11 +297,7 @@ fn a_client_that_leaves_while_its_shared_batch_is_submitted_finds_its_jobs_when_
     want.sort();
     assert_eq!(all, want, "every job once");
     assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1);
-    let until = Instant::now() + WAIT;
-    while sim.state()["batches"][0]["state"].as_i64() != Some(4) {
-        assert!(Instant::now() < until, "the shared batch was not retired: {}", sim.state()["batches"]);
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_all_retired(&sim);
 }
 
 #[test]
@@ -332,13 +333,6 @@ fn a_shared_batch_waits_for_held_jobs_and_is_retired_once_the_last_is_removed() 
     }
     assert_eq!(sim_batches(&sim).len(), 1, "one shared batch");
     let retired = || sim.calls("submit_rpc_handler.php:retire_batch");
-    let wait_retired = || {
-        let until = Instant::now() + WAIT;
-        while sim.state()["batches"][0]["state"].as_i64() != Some(4) {
-            assert!(Instant::now() < until, "the shared batch was not retired: {}", sim.state()["batches"]);
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    };
     // A held job may be released and its outputs fetched again: the batch
     // stays while either client holds one, ann's removal (condor_rm) or not.
     std::thread::sleep(Duration::from_secs(1));
@@ -348,7 +342,7 @@ fn a_shared_batch_waits_for_held_jobs_and_is_retired_once_the_last_is_removed() 
     assert_eq!(retired(), 0, "retired under bo's held job");
     // Bo removes his: nobody needs the batch any more.
     assert_eq!(blah(&mut clients[1].g, BlahCommand::JobCancel { job_id: ids[1].clone() })[0], "0");
-    wait_retired();
+    wait_all_retired(&sim);
     assert_eq!(retired(), 1);
 }
 
@@ -378,11 +372,7 @@ fn twenty_clients_of_five_jobs_cost_one_batch() {
         c.all_complete();
     }
     let batches = sim_batches(&sim);
-    let until = Instant::now() + WAIT;
-    while sim.state()["batches"].as_array().unwrap().iter().any(|b| b["state"].as_i64() != Some(4)) {
-        assert!(Instant::now() < until, "not every batch was retired: {}", sim.state()["batches"]);
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_all_retired(&sim);
     let rpcs = sim_rpcs(&sim);
     let jobs = (CLIENTS * JOBS) as f64;
     println!(
