@@ -53,6 +53,28 @@ fn sim_rpcs(sim: &Sim) -> u64 {
     sim.state()["rpc_counts"].as_object().unwrap().values().filter_map(|v| v.as_u64()).sum()
 }
 
+/// Each client submits two jobs within one window; returns once the
+/// shared submit_batch has begun (a fault holds it).
+fn submit_two_each_until_submit_batch(sim: &Sim, clients: &mut [Client], dir: &Path) {
+    for i in 0..2 {
+        for c in clients.iter_mut() {
+            c.submit(dir, i);
+        }
+    }
+    let until = Instant::now() + WAIT;
+    while sim.calls("submit_rpc_handler.php:submit_batch") < 1 {
+        assert!(Instant::now() < until, "submit_batch did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The project's names of those two jobs of each client, sorted.
+fn two_jobs_each(names: &[&str]) -> Vec<String> {
+    let mut all: Vec<String> = names.iter().flat_map(|n| (0..2).map(move |i| format!("{n}~blah#home_bl_{n}_{i}.0_1#1"))).collect();
+    all.sort();
+    all
+}
+
 /// Waits until every batch on the project is retired.
 fn wait_all_retired(sim: &Sim) {
     let until = Instant::now() + WAIT;
@@ -207,16 +229,7 @@ fn kill_9_of_serve_while_a_shared_batch_is_submitted_makes_every_job_once() {
         {"endpoint": "submit_rpc_handler.php:submit_batch", "nth": 1, "kind": "hang"},
     ]}));
     let mut clients: Vec<Client> = names.iter().zip(&token).map(|(n, t)| connect(&s, t, n, dir.path())).collect();
-    for i in 0..2 {
-        for c in &mut clients {
-            c.submit(dir.path(), i);
-        }
-    }
-    let until = Instant::now() + WAIT;
-    while sim.calls("submit_rpc_handler.php:submit_batch") < 1 {
-        assert!(Instant::now() < until, "submit_batch did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    submit_two_each_until_submit_batch(&sim, &mut clients, dir.path());
     let first = sim_batches(&sim);
     assert_eq!(first.len(), 1, "one shared batch: {first:?}");
     let mut s = s;
@@ -241,8 +254,7 @@ fn kill_9_of_serve_while_a_shared_batch_is_submitted_makes_every_job_once() {
     let batches = sim_batches(&sim);
     let mut all: Vec<String> = batches.iter().flat_map(|(_, jobs)| jobs.clone()).collect();
     all.sort();
-    let mut want: Vec<String> = names.iter().flat_map(|n| (0..2).map(move |i| format!("{n}~blah#home_bl_{n}_{i}.0_1#1"))).collect();
-    want.sort();
+    let want = two_jobs_each(&names);
     assert_eq!(all, want, "every job once: {batches:?}");
     let log = s.log_text();
     let alone = log.lines().filter(|l| l.contains("submitting them in a batch of their own")).count();
@@ -267,16 +279,7 @@ fn a_client_that_leaves_while_its_shared_batch_is_submitted_finds_its_jobs_when_
         {"endpoint": "submit_rpc_handler.php:submit_batch", "nth": 1, "kind": "hang", "hang_ms": 4000},
     ]}));
     let mut clients: Vec<Client> = names.iter().zip(&token).map(|(n, t)| connect(&s, t, n, dir.path())).collect();
-    for i in 0..2 {
-        for c in &mut clients {
-            c.submit(dir.path(), i);
-        }
-    }
-    let until = Instant::now() + WAIT;
-    while sim.calls("submit_rpc_handler.php:submit_batch") < 1 {
-        assert!(Instant::now() < until, "submit_batch did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    submit_two_each_until_submit_batch(&sim, &mut clients, dir.path());
     // Bo's link drops mid-submit (his connect is killed).
     let mut bo = clients.remove(1);
     bo.g.kill();
@@ -293,8 +296,7 @@ fn a_client_that_leaves_while_its_shared_batch_is_submitted_finds_its_jobs_when_
     assert_eq!(batches.len(), 1, "one batch, bo's jobs in it: {batches:?}");
     let mut all = batches[0].1.clone();
     all.sort();
-    let mut want: Vec<String> = names.iter().flat_map(|n| (0..2).map(move |i| format!("{n}~blah#home_bl_{n}_{i}.0_1#1"))).collect();
-    want.sort();
+    let want = two_jobs_each(&names);
     assert_eq!(all, want, "every job once");
     assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1);
     wait_all_retired(&sim);
