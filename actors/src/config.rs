@@ -140,8 +140,14 @@ pub struct BlahConfig {
     /// overrides it per job). `~/` is the home directory; a relative path is
     /// relative to the config file.
     pub authenticator_file: Option<PathBuf>,
-    /// The app of jobs that set neither `+remote_BoincApp` nor `batch_queue`.
+    /// The app of jobs that name none (neither `+remote_BoincApp` nor
+    /// `batch_queue`) and send no executable (docs/runner.md).
     pub default_app: Option<String>,
+    /// The runner (docs/runner.md) that jobs naming no app and sending
+    /// their own executable go to.
+    pub runner_app: Option<String>,
+    /// What each app provides for a job's requests (`[blah.apps.<name>]`).
+    pub apps: BTreeMap<String, AppConfig>,
     /// Jobs may choose their own project and authenticator file.
     pub allow_project_override: bool,
     /// One query_batch2 per project per period answers every status.
@@ -193,12 +199,56 @@ pub struct BlahConfig {
     pub known_jobs_only: bool,
 }
 
+/// What one app provides for a job's requests (docs/runner.md).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AppConfig {
+    /// `request_cpus` up to this goes to the app; more is held.
+    pub cpus: u32,
+    /// `request_gpus` up to this goes to the app; more is held.
+    pub gpus: u32,
+    /// Floating-point operations per second of a typical host: turns
+    /// `batch_runtime` into `rsc_fpops_bound`.
+    pub flops: f64,
+    /// What a job's environment does at an app that is not a runner.
+    pub environment: EnvironmentPolicy,
+}
+
+impl Default for AppConfig {
+    fn default() -> Self {
+        AppConfig { cpus: 1, gpus: 0, flops: DEFAULT_HOST_FLOPS, environment: EnvironmentPolicy::Hold }
+    }
+}
+
+/// BOINC's usual estimate of a host's speed (1e10 floating-point
+/// operations a second), for apps that name none.
+pub const DEFAULT_HOST_FLOPS: f64 = 1e10;
+
+/// An app that is not a runner can't give a job its environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvironmentPolicy {
+    /// A job with an environment is held, saying so.
+    Hold,
+    /// The environment is dropped, as the admin chose.
+    Ignore,
+}
+
+impl BlahConfig {
+    /// What `app` provides (the defaults for an app not in the file).
+    pub fn app(&self, app: &str) -> AppConfig {
+        self.apps.get(app).cloned().unwrap_or_default()
+    }
+}
+
 impl Default for BlahConfig {
     fn default() -> Self {
         BlahConfig {
             project_url: None,
             authenticator_file: None,
             default_app: None,
+            runner_app: None,
+            apps: BTreeMap::new(),
             allow_project_override: true,
             status_refresh: Duration::from_secs(30),
             submit_timeout: Duration::from_secs(3600),
@@ -314,6 +364,9 @@ impl DaemonConfig {
         }
         if self.blah.project_url.as_deref().is_some_and(|u| !(u.starts_with("http://") || u.starts_with("https://"))) {
             return bad("blah.project_url", "must be an http:// or https:// URL");
+        }
+        if self.blah.apps.values().any(|a| !(a.flops.is_finite() && a.flops > 0.0)) {
+            return bad("blah.apps.flops", "must be a positive number (operations a second)");
         }
         Ok(())
     }

@@ -156,13 +156,10 @@ impl BlahJobs {
                 return ready(BlahResult::Submit { code: 1, error, job_id: None });
             }
         };
-        // Jobs of one project, app and memory bound may share a batch (the
-        // memory bound is batch-wide in submit_batch); a sequence is one
-        // job of its own.
-        let gather_key = map::choose_app(ad, &self.config.blah)
-            .ok()
-            .filter(|_| !sequence)
-            .map(|(app, _)| format!("{app}\n{}", ad.get("RequestMemory").map(|v| v.to_string()).unwrap_or_default()));
+        // Jobs of one project, app and requests may share a batch (the
+        // bounds are batch-wide in submit_batch); a sequence is one job of
+        // its own.
+        let gather_key = map::gather_key(ad, &self.config.blah).filter(|_| !sequence);
         let job = Submitted { job_dir, text: ad.to_string(), gather_key, prefix: self.config.blah.name_prefix.clone() };
         // A job that names no project goes where the pool's matchmaking puts it.
         if let Some(place) = pool_placement(ad, &self.config.blah) {

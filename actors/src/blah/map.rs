@@ -13,7 +13,8 @@ use gahp_protocol::classad::{self, ArgsError, ClassAd, Value};
 use gahp_protocol::gahp::{InputFile, JobParams, JobSpec, ParamValue, SubmitBatch};
 use md5::{Digest, Md5};
 
-use crate::config::BlahConfig;
+use crate::blah::runner;
+use crate::config::{BlahConfig, EnvironmentPolicy};
 use crate::project::output_fetcher::under;
 
 /// The project key of jobs submitted while no project was configured
@@ -153,6 +154,36 @@ pub enum MapError {
          or default_app in the [blah] section of {config}"
     )]
     NoApp { config: String },
+    #[error(
+        "this job sends its own executable {exe}, and no runner app is configured to run it: set runner_app in the \
+         [blah] section of {config} (docs/runner.md), or name a BOINC app with +remote_BoincApp, or set \
+         +remote_TransferExecutable = false if {exe} is the name of an app of the project"
+    )]
+    NoRunner { exe: String, config: String },
+    #[error("app {app} is not a runner (its inputs are {inputs}; a runner's are condor_exec.exe, condor_job.zip): {why}")]
+    NotARunner { app: String, inputs: String, why: &'static str },
+    #[error("app {0} is a runner: it needs the job's executable, but the job does not send it (transfer_executable = false)")]
+    RunnerWithoutExecutable(String),
+    #[error("the executable {path} can't be sent: {problem}")]
+    Executable { path: String, problem: String },
+    #[error(
+        "app {app} can't give the job its environment ({names}): only a runner app can (docs/runner.md); remove \
+         environment and getenv from the submit file, or have the admin set environment = \"ignore\" for the app"
+    )]
+    Environment { app: String, names: String },
+    #[error("the environment variable {0} has a line break in its value, which a runner can't carry")]
+    EnvironmentLine(String),
+    #[error("can't parse {attr} ({err}): fix the submit file's environment")]
+    BadEnvironment { attr: &'static str, err: ArgsError },
+    #[error(
+        "the job asks for {asked} {what}, and app {app} provides {has} (its {key} in [blah.apps.{app}] of {config}): \
+         lower request_{what} or send the job to an app that provides them"
+    )]
+    Request { what: &'static str, asked: i64, has: u32, app: String, key: &'static str, config: String },
+    #[error("{attr} = {value} is not a positive number")]
+    BadRequest { attr: &'static str, value: String },
+    #[error("{0}")]
+    Archive(String),
     #[error("can't parse {attr} ({err}): fix the submit file's arguments")]
     BadArgs { attr: &'static str, err: ArgsError },
     #[error("{0}: change the submit file's arguments")]
@@ -201,7 +232,10 @@ pub fn choose_project(ad: &ClassAd, cfg: &BlahConfig) -> Result<ProjectChoice, M
     }
 }
 
-/// The app and the attribute it came from.
+/// The app and the attribute it came from (docs/runner.md "Which app a
+/// `batch boinc` job runs"): the app the job names; else, for a job that
+/// sends its executable, the runner; else `default_app`, else the
+/// executable's base name.
 pub fn choose_app(ad: &ClassAd, cfg: &BlahConfig) -> Result<(String, &'static str), MapError> {
     if let Some(app) = non_empty(ad, "BoincApp") {
         return Ok((app.to_string(), "+remote_BoincApp"));
@@ -209,10 +243,28 @@ pub fn choose_app(ad: &ClassAd, cfg: &BlahConfig) -> Result<(String, &'static st
     if let Some(app) = non_empty(ad, "Queue") {
         return Ok((app.to_string(), "batch_queue"));
     }
-    match &cfg.default_app {
-        Some(app) if !app.is_empty() => Ok((app.clone(), "default_app")),
-        _ => Err(MapError::NoApp { config: config_name(cfg) }),
+    let cmd = non_empty(ad, "Cmd");
+    if let Some(cmd) = cmd.filter(|_| sends_executable(ad)) {
+        return match cfg.runner_app.as_deref().filter(|a| !a.is_empty()) {
+            Some(runner) => Ok((runner.to_string(), "runner_app")),
+            None => Err(MapError::NoRunner { exe: cmd.to_string(), config: config_name(cfg) }),
+        };
     }
+    if let Some(app) = cfg.default_app.as_deref().filter(|a| !a.is_empty()) {
+        return Ok((app.to_string(), "default_app"));
+    }
+    let base = cmd.and_then(|c| Path::new(c).file_name()).map(|b| b.to_string_lossy().into_owned());
+    match base.filter(|b| plain(b)) {
+        Some(app) => Ok((app, "the executable's base name (transfer_executable = false)")),
+        None => Err(MapError::NoApp { config: config_name(cfg) }),
+    }
+}
+
+/// Whether the job sends its executable: HTCondor's default, unless the ad
+/// says `StageCmd = false` (HTCondor 24) or `TransferExecutable = false`
+/// (`+remote_TransferExecutable`, which the job router's route copies).
+pub fn sends_executable(ad: &ClassAd) -> bool {
+    ad.get_bool("StageCmd") != Some(false) && ad.get_bool("TransferExecutable") != Some(false)
 }
 
 fn config_name(cfg: &BlahConfig) -> String {
@@ -223,27 +275,164 @@ fn non_empty<'a>(ad: &'a ClassAd, name: &str) -> Option<&'a str> {
     ad.get_str(name).map(str::trim).filter(|s| !s.is_empty())
 }
 
-/// The BOINC batch of one job: the app's inputs bound to local files, the
-/// arguments as a BOINC command line, the memory bound.
-pub fn submit_batch(ad: &ClassAd, batch: &str, app: &str, templates: &Templates) -> Result<SubmitBatch, MapError> {
+/// What a job's batch shares with every other job of it (submit_batch's
+/// parameters are batch-wide): its app and its requests. `None` if no app
+/// can be chosen.
+pub fn gather_key(ad: &ClassAd, cfg: &BlahConfig) -> Option<String> {
+    let (app, _) = choose_app(ad, cfg).ok()?;
+    let attr = |n| ad.get(n).map(|v| v.to_string()).unwrap_or_default();
+    Some(format!("{app}\n{}\n{}\n{}", attr("RequestMemory"), attr("RequestDisk"), attr("BatchRuntime")))
+}
+
+/// The BOINC batch of one job: the app's inputs bound to local files (for
+/// a runner, the executable and the job's archive, written into `scratch`),
+/// the arguments as a BOINC command line, the bounds from its requests.
+pub fn submit_batch(
+    ad: &ClassAd,
+    batch: &str,
+    app: &str,
+    templates: &Templates,
+    cfg: &BlahConfig,
+    scratch: Option<&Path>,
+) -> Result<SubmitBatch, MapError> {
     let iwd = PathBuf::from(ad.get_str("Iwd").ok_or(MapError::Missing("Iwd"))?);
-    let inputs = bind_inputs(ad, &iwd, app, &templates.inputs)?;
     let args = command_line::quote_args(&arguments(ad)?)?;
-    let mut params = JobParams::default();
-    let mib = match ad.get("RequestMemory") {
-        Some(Value::Int(n)) => *n as f64,
-        Some(Value::Real(r)) => *r,
-        _ => 0.0,
+    let params = job_params(ad, app, cfg)?;
+    let env = environment(ad)?;
+    let inputs = if runner::is_runner(templates) {
+        runner_inputs(ad, &iwd, app, &env, scratch)?
+    } else {
+        if choose_app(ad, cfg).is_ok_and(|(_, source)| source == "runner_app") {
+            let why = "it is runner_app in the config, for jobs that send their executable";
+            return Err(MapError::NotARunner { app: app.to_string(), inputs: templates.inputs.join(", "), why });
+        }
+        if !env.is_empty() && cfg.app(app).environment == EnvironmentPolicy::Hold {
+            let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(MapError::Environment { app: app.to_string(), names: names.join(", ") });
+        }
+        bind_inputs(ad, &iwd, app, &templates.inputs)?
     };
-    if mib > 0.0 {
-        params.rsc_memory_bound = ParamValue::Value(mib * 1024.0 * 1024.0);
-    }
     Ok(SubmitBatch {
         batch_name: batch.to_string(),
         app_name: app.to_string(),
         jobs: vec![JobSpec { name: batch.to_string(), args, inputs }],
         params,
     })
+}
+
+/// A number of the ad (`Int` or `Real`), if set; refused unless positive.
+fn positive(ad: &ClassAd, attr: &'static str) -> Result<Option<f64>, MapError> {
+    let v = match ad.get(attr) {
+        None | Some(Value::Undefined) => return Ok(None),
+        Some(Value::Int(n)) => *n as f64,
+        Some(Value::Real(r)) => *r,
+        Some(other) => return Err(MapError::BadRequest { attr, value: other.to_string() }),
+    };
+    if v.is_finite() && v >= 0.0 {
+        Ok(Some(v).filter(|v| *v > 0.0))
+    } else {
+        Err(MapError::BadRequest { attr, value: v.to_string() })
+    }
+}
+
+/// The batch's bounds from the job's requests (docs/runner.md "Requests"),
+/// or why the app can't take them.
+fn job_params(ad: &ClassAd, app: &str, cfg: &BlahConfig) -> Result<JobParams, MapError> {
+    let caps = cfg.app(app);
+    let mut params = JobParams::default();
+    if let Some(mib) = positive(ad, "RequestMemory")? {
+        params.rsc_memory_bound = ParamValue::Value(mib * 1024.0 * 1024.0);
+    }
+    if let Some(kib) = positive(ad, "RequestDisk")? {
+        params.rsc_disk_bound = ParamValue::Value(kib * 1024.0);
+    }
+    if let Some(secs) = positive(ad, "BatchRuntime")? {
+        params.rsc_fpops_bound = ParamValue::Value(secs * caps.flops);
+    }
+    let over = |what, asked: f64, has: u32, key| MapError::Request {
+        what,
+        asked: asked.ceil() as i64,
+        has,
+        app: app.to_string(),
+        key,
+        config: config_name(cfg),
+    };
+    if let Some(cpus) = positive(ad, "RequestCpus")?.filter(|c| *c > f64::from(caps.cpus.max(1))) {
+        return Err(over("cpus", cpus, caps.cpus.max(1), "cpus"));
+    }
+    let gpus = positive(ad, "GPUNumber")?.or(positive(ad, "RequestGpus")?);
+    if let Some(gpus) = gpus.filter(|g| *g > f64::from(caps.gpus)) {
+        return Err(over("gpus", gpus, caps.gpus, "gpus"));
+    }
+    Ok(params)
+}
+
+/// `Environment` (V2), else `Env` (V1, split at `EnvDelim`, `;` unless
+/// set).
+pub fn environment(ad: &ClassAd) -> Result<Vec<(String, String)>, MapError> {
+    if let Some(v2) = ad.get_str("Environment") {
+        return classad::parse_env_v2(v2).map_err(|err| MapError::BadEnvironment { attr: "Environment", err });
+    }
+    let Some(v1) = ad.get_str("Env") else { return Ok(Vec::new()) };
+    let delim = ad.get_str("EnvDelim").and_then(|d| d.chars().next()).unwrap_or(';');
+    let mut env: Vec<(String, String)> = Vec::new();
+    for (i, entry) in v1.split(delim).map(str::trim).filter(|e| !e.is_empty()).enumerate() {
+        match entry.split_once('=') {
+            Some((name, value)) if !name.is_empty() => env.push((name.to_string(), value.to_string())),
+            _ => return Err(MapError::BadEnvironment { attr: "Env", err: ArgsError::NotNameValue(i) }),
+        }
+    }
+    Ok(env)
+}
+
+/// A runner's two inputs: the executable, and the job's archive of its
+/// inputs, stdin and environment (docs/runner.md).
+fn runner_inputs(
+    ad: &ClassAd,
+    iwd: &Path,
+    app: &str,
+    env: &[(String, String)],
+    scratch: Option<&Path>,
+) -> Result<Vec<InputFile>, MapError> {
+    let cmd = non_empty(ad, "Cmd").filter(|_| sends_executable(ad)).ok_or_else(|| MapError::RunnerWithoutExecutable(app.to_string()))?;
+    let exe = under(iwd, Path::new(cmd));
+    match std::fs::metadata(&exe) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return Err(MapError::Executable { path: exe.display().to_string(), problem: "it is not a regular file".into() }),
+        Err(e) => return Err(MapError::Executable { path: exe.display().to_string(), problem: e.to_string() }),
+    }
+    let scratch = scratch.ok_or_else(|| MapError::Archive("a work sequence can't run through a runner app".into()))?;
+    let env_text = runner::env_file(env).map_err(MapError::EnvironmentLine)?;
+    let mut entries = vec![runner::Entry::Text { name: runner::ENV_FILE.into(), text: env_text }];
+    for entry in transfer_input(ad) {
+        if entry.contains("://") {
+            return Err(MapError::Input { path: entry.into(), from: "transfer_input_files", problem: "is a URL; give local files".into() });
+        }
+        let contents_only = entry.ends_with('/');
+        let path = under(iwd, Path::new(entry.trim_end_matches('/')));
+        runner::entries_of(&path, contents_only, &mut entries).map_err(|e| MapError::Input {
+            path: entry.into(),
+            from: "transfer_input_files",
+            problem: e.to_string(),
+        })?;
+    }
+    if let Some(stdin) = stdin_path(ad) {
+        let src = under(iwd, Path::new(stdin));
+        if !src.is_file() {
+            return Err(input_error(&src, "input", "can't be read as a file"));
+        }
+        entries.push(runner::Entry::File { name: runner::STDIN_FILE.into(), src });
+    }
+    let archive = runner::write_archive(scratch, entries).map_err(|e| MapError::Archive(e.to_string()))?;
+    Ok(vec![InputFile { src: exe, dst_name: runner::EXE_INPUT.into() }, InputFile { src: archive, dst_name: runner::JOB_ZIP.into() }])
+}
+
+fn transfer_input(ad: &ClassAd) -> impl Iterator<Item = &str> {
+    ad.get_str("TransferInput").unwrap_or("").split(',').map(str::trim).filter(|e| !e.is_empty())
+}
+
+fn stdin_path(ad: &ClassAd) -> Option<&str> {
+    ad.get_str("In").map(str::trim).filter(|s| !s.is_empty() && *s != "/dev/null")
 }
 
 /// `Arguments` (V2), else `Args` (V1).
@@ -260,7 +449,7 @@ pub(crate) fn arguments(ad: &ClassAd) -> Result<Vec<String>, MapError> {
 fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String]) -> Result<Vec<InputFile>, MapError> {
     // (path, where it came from, the input name it binds to by name)
     let mut files: Vec<(PathBuf, &'static str, Option<String>)> = Vec::new();
-    for entry in ad.get_str("TransferInput").unwrap_or("").split(',').map(str::trim).filter(|e| !e.is_empty()) {
+    for entry in transfer_input(ad) {
         if entry.contains("://") {
             return Err(MapError::Input { path: entry.into(), from: "transfer_input_files", problem: "is a URL; give local files".into() });
         }
@@ -274,7 +463,7 @@ fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String]) -> Result<
         let base = Path::new(entry).file_name().map(|n| n.to_string_lossy().into_owned());
         files.push((under(iwd, Path::new(entry)), "transfer_input_files", base));
     }
-    if let Some(stdin) = ad.get_str("In").map(str::trim).filter(|s| !s.is_empty() && *s != "/dev/null") {
+    if let Some(stdin) = stdin_path(ad) {
         files.push((under(iwd, Path::new(stdin)), "input", Some("stdin".into())));
     }
 
@@ -358,15 +547,7 @@ pub const STDOUT_OUTPUT: &str = "stdout";
 /// `TransferOutputRemaps`; `Out` and `Err` relative to `Iwd`.
 pub fn output_plan(ad: &ClassAd, app: &str, outputs: &[String]) -> Result<OutputPlan, MapError> {
     let (iwd, out, err) = std_streams(ad)?;
-    let mut remaps = HashMap::new();
-    for entry in ad.get_str("TransferOutputRemaps").unwrap_or("").split(';').map(str::trim).filter(|e| !e.is_empty()) {
-        match entry.split_once('=') {
-            Some((from, to)) if !from.trim().is_empty() && !to.trim().is_empty() => {
-                remaps.insert(from.trim().to_string(), to.trim().to_string());
-            }
-            _ => return Err(MapError::BadRemap(entry.to_string())),
-        }
-    }
+    let remaps = remaps(ad)?;
     let names: Vec<String> = match ad.get_str("TransferOutput").filter(|l| !l.trim().is_empty()) {
         Some(list) => list.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect(),
         None => outputs.iter().filter(|n| out.is_none() || n.as_str() != STDOUT_OUTPUT).cloned().collect(),
@@ -394,6 +575,39 @@ pub fn output_plan(ad: &ClassAd, app: &str, outputs: &[String]) -> Result<Output
         expected,
     });
     Ok(OutputPlan { files, out, err, unzip })
+}
+
+/// Where a runner job's files go (docs/runner.md "Back on the submit
+/// host"): its std streams, and each `TransferOutput` entry renamed by
+/// `TransferOutputRemaps` (all it made without a list).
+pub fn runner_placement(ad: &ClassAd) -> Result<runner::Placement, MapError> {
+    let (iwd, out, err) = std_streams(ad)?;
+    let remaps = remaps(ad)?;
+    let named = ad.get_str("TransferOutput").filter(|l| !l.trim().is_empty()).map(|list| {
+        list.split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|name| {
+                let base = Path::new(name.trim_end_matches('/')).file_name().map_or(name.into(), |b| b.to_string_lossy().into_owned());
+                let dest = under(&iwd, Path::new(remaps.get(name).unwrap_or(&base)));
+                (name.to_string(), dest)
+            })
+            .collect()
+    });
+    Ok(runner::Placement { iwd, out, err, named })
+}
+
+fn remaps(ad: &ClassAd) -> Result<HashMap<String, String>, MapError> {
+    let mut remaps = HashMap::new();
+    for entry in ad.get_str("TransferOutputRemaps").unwrap_or("").split(';').map(str::trim).filter(|e| !e.is_empty()) {
+        match entry.split_once('=') {
+            Some((from, to)) if !from.trim().is_empty() && !to.trim().is_empty() => {
+                remaps.insert(from.trim().to_string(), to.trim().to_string());
+            }
+            _ => return Err(MapError::BadRemap(entry.to_string())),
+        }
+    }
+    Ok(remaps)
 }
 
 /// `Iwd` and the `Out` and `Err` paths (absent or `/dev/null`: none).
@@ -488,9 +702,94 @@ mod tests {
     }
 
     #[test]
+    fn a_job_that_sends_its_executable_goes_to_the_runner_or_is_held() {
+        let with_default = BlahConfig { default_app: Some("uppercase".into()), ..cfg() };
+        let script = "[ Cmd = \"/home/u/analyze.sh\" ]";
+        // default_app never replaces an executable the job sends.
+        let e = choose_app(&ad(script), &with_default).unwrap_err();
+        assert!(matches!(&e, MapError::NoRunner { exe, .. } if exe == "/home/u/analyze.sh"), "{e}");
+        assert!(e.to_string().contains("runner_app"), "{e}");
+        let runner = BlahConfig { runner_app: Some("runner".into()), ..with_default.clone() };
+        assert_eq!(choose_app(&ad(script), &runner).unwrap(), ("runner".into(), "runner_app"));
+        // A named app is the program; the executable is not used.
+        assert_eq!(choose_app(&ad("[ Cmd = \"/x/a.sh\"; BoincApp = \"wc\" ]"), &runner).unwrap().0, "wc");
+        // Not sent: default_app, else the base name.
+        for not_sent in ["TransferExecutable = false", "StageCmd = false"] {
+            let a = ad(&format!("[ Cmd = \"/usr/bin/wordcount\"; {not_sent} ]"));
+            assert_eq!(choose_app(&a, &with_default).unwrap().0, "uppercase");
+            assert_eq!(choose_app(&a, &cfg()).unwrap().0, "wordcount");
+        }
+    }
+
+    #[test]
+    fn requests_become_bounds_or_holds() {
+        let c = BlahConfig {
+            apps: [("gpu".to_string(), crate::config::AppConfig { cpus: 4, gpus: 1, flops: 2e9, ..Default::default() })].into(),
+            ..cfg()
+        };
+        let a = ad("[ Iwd = \"/\"; RequestMemory = 64; RequestDisk = 1024; BatchRuntime = 60; RequestCpus = 4; GPUNumber = 1 ]");
+        let b = submit_batch(&a, "n", "gpu", &templates(&[]), &c, None).unwrap();
+        assert_eq!(b.params.rsc_memory_bound, ParamValue::Value(64.0 * 1048576.0));
+        assert_eq!(b.params.rsc_disk_bound, ParamValue::Value(1024.0 * 1024.0));
+        assert_eq!(b.params.rsc_fpops_bound, ParamValue::Value(120e9));
+        let e = submit_batch(&a, "n", "plain", &templates(&[]), &c, None).unwrap_err();
+        assert!(matches!(&e, MapError::Request { what: "cpus", asked: 4, has: 1, .. }), "{e}");
+        let gpu_only = ad("[ Iwd = \"/\"; GPUNumber = 2 ]");
+        let e = submit_batch(&gpu_only, "n", "gpu", &templates(&[]), &c, None).unwrap_err();
+        assert!(e.to_string().contains("asks for 2 gpus") && e.to_string().contains("provides 1"), "{e}");
+        let e = submit_batch(&ad("[ Iwd = \"/\"; RequestDisk = -5 ]"), "n", "u", &templates(&[]), &c, None).unwrap_err();
+        assert!(matches!(e, MapError::BadRequest { attr: "RequestDisk", .. }), "{e}");
+    }
+
+    #[test]
+    fn an_app_that_is_not_a_runner_holds_an_environment_unless_told_to_drop_it() {
+        let a = ad("[ Iwd = \"/\"; Environment = \"FOO=bar B='x y'\" ]");
+        let e = submit_batch(&a, "n", "u", &templates(&[]), &cfg(), None).unwrap_err();
+        assert!(e.to_string().contains("(FOO, B)"), "{e}");
+        let ignore = crate::config::AppConfig { environment: EnvironmentPolicy::Ignore, ..Default::default() };
+        let c = BlahConfig { apps: [("u".to_string(), ignore)].into(), ..cfg() };
+        assert!(submit_batch(&a, "n", "u", &templates(&[]), &c, None).is_ok());
+        assert!(submit_batch(&ad("[ Iwd = \"/\"; Environment = \"\" ]"), "n", "u", &templates(&[]), &cfg(), None).is_ok());
+        let v1 = ad("[ Env = \"A=1;B=2\" ]");
+        assert_eq!(environment(&v1).unwrap(), [("A".to_string(), "1".to_string()), ("B".to_string(), "2".to_string())]);
+    }
+
+    #[test]
+    fn a_runner_job_sends_its_executable_and_an_archive() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        std::fs::write(w.join("analyze.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::write(w.join("in"), "data").unwrap();
+        let runner_t = Templates { inputs: vec![runner::EXE_INPUT.into(), runner::JOB_ZIP.into()], outputs: vec![runner::OUT_ZIP.into()] };
+        let c = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
+        let job = |extra: &str| {
+            ad(&format!(
+                "[ Iwd = \"{}\"; Cmd = \"{}/analyze.sh\"; TransferInput = \"in\"; Environment = \"FOO=bar\"; {extra} ]",
+                w.display(),
+                w.display()
+            ))
+        };
+        let scratch = w.join("scratch");
+        let one = submit_batch(&job(""), "n", "runner", &runner_t, &c, Some(&scratch)).unwrap();
+        let two = submit_batch(&job(""), "m", "runner", &runner_t, &c, Some(&scratch)).unwrap();
+        let inputs = &one.jobs[0].inputs;
+        assert_eq!(inputs[0], InputFile { src: w.join("analyze.sh"), dst_name: runner::EXE_INPUT.into() });
+        assert_eq!(inputs[1].dst_name, runner::JOB_ZIP);
+        assert_eq!(inputs[1].src, two.jobs[0].inputs[1].src, "one archive for the same inputs");
+        let e = submit_batch(&job("TransferExecutable = false"), "n", "runner", &runner_t, &c, Some(&scratch)).unwrap_err();
+        assert!(matches!(e, MapError::RunnerWithoutExecutable(_)), "{e}");
+        let gone = ad(&format!("[ Iwd = \"{}\"; Cmd = \"nope.sh\" ]", w.display()));
+        let e = submit_batch(&gone, "n", "runner", &runner_t, &c, Some(&scratch)).unwrap_err();
+        assert!(e.to_string().contains("nope.sh can't be sent"), "{e}");
+        // runner_app names an app that is no runner.
+        let e = submit_batch(&job(""), "n", "runner", &templates(&["in"]), &c, Some(&scratch)).unwrap_err();
+        assert!(matches!(e, MapError::NotARunner { .. }), "{e}");
+    }
+
+    #[test]
     fn uncarriable_arguments_are_a_hold_naming_the_argument() {
         let a = ad("[ Iwd = \"/\"; Arguments = \"ok 'it''s \\\"here\\\"'\" ]");
-        let e = submit_batch(&a, "n", "u", &templates(&[])).unwrap_err();
+        let e = submit_batch(&a, "n", "u", &templates(&[]), &cfg(), None).unwrap_err();
         let reason = e.hold_reason();
         assert!(reason.contains("argument 2 (\"it's \\\"here\\\"\")") && reason.contains("both ' and \""), "{reason}");
     }
@@ -504,36 +803,36 @@ mod tests {
         }
         let iwd = w.display();
         let job = |extra: &str| ad(&format!("[ Iwd = \"{iwd}\"; In = \"/dev/null\"; Arguments = \"x 'y z'\"; {extra} ]"));
-        let b = submit_batch(&job("TransferInput = \"b, a\""), "n", "concat", &templates(&["a", "b"])).unwrap();
+        let b = submit_batch(&job("TransferInput = \"b, a\""), "n", "concat", &templates(&["a", "b"]), &cfg(), None).unwrap();
         let got: Vec<_> = b.jobs[0].inputs.iter().map(|i| (i.src.clone(), i.dst_name.clone())).collect();
         assert_eq!(got, [(w.join("a"), "a".to_string()), (w.join("b"), "b".to_string())]);
         assert_eq!(b.jobs[0].args, ["x", "&#39;y z&#39;"]);
         assert_eq!(b.jobs[0].name, "n");
 
         // The one leftover input takes the one leftover file, or In.
-        let b = submit_batch(&job("TransferInput = \"data.txt\""), "n", "u", &templates(&["in"])).unwrap();
+        let b = submit_batch(&job("TransferInput = \"data.txt\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap();
         assert_eq!(b.jobs[0].inputs[0].src, w.join("data.txt"));
-        let b = submit_batch(&job("In = \"stdin.txt\""), "n", "u", &templates(&["in"])).unwrap();
+        let b = submit_batch(&job("In = \"stdin.txt\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap();
         assert_eq!(b.jobs[0].inputs[0].src, w.join("stdin.txt"));
 
-        let e = submit_batch(&job("TransferInput = \"data.txt,a\""), "n", "u", &templates(&["in"])).unwrap_err();
+        let e = submit_batch(&job("TransferInput = \"data.txt,a\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
         assert!(e.to_string().contains("no input name matches"), "{e}");
-        let e = submit_batch(&job(""), "n", "concat", &templates(&["a", "b"])).unwrap_err();
+        let e = submit_batch(&job(""), "n", "concat", &templates(&["a", "b"]), &cfg(), None).unwrap_err();
         assert!(e.to_string().contains("no file for a, b"), "{e}");
-        let e = submit_batch(&job("TransferInput = \"missing\""), "n", "u", &templates(&["in"])).unwrap_err();
+        let e = submit_batch(&job("TransferInput = \"missing\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
         assert!(matches!(e, MapError::Input { .. }), "{e}");
-        let e = submit_batch(&job("TransferInput = \"d/\""), "n", "u", &templates(&["in"])).unwrap_err();
+        let e = submit_batch(&job("TransferInput = \"d/\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
         assert!(e.to_string().contains("directory"), "{e}");
     }
 
     #[test]
     fn memory_and_v1_args() {
         let a = ad("[ Iwd = \"/\"; Args = \"-n  5\"; RequestMemory = 64 ]");
-        let b = submit_batch(&a, "n", "u", &templates(&[])).unwrap();
+        let b = submit_batch(&a, "n", "u", &templates(&[]), &cfg(), None).unwrap();
         assert_eq!(b.jobs[0].args, ["-n", "5"]);
         assert_eq!(b.params.rsc_memory_bound, ParamValue::Value(64.0 * 1048576.0));
         assert!(matches!(
-            submit_batch(&ad("[ Iwd = \"/\"; Arguments = \"'\" ]"), "n", "u", &templates(&[])),
+            submit_batch(&ad("[ Iwd = \"/\"; Arguments = \"'\" ]"), "n", "u", &templates(&[]), &cfg(), None),
             Err(MapError::BadArgs { .. })
         ));
     }

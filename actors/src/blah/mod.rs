@@ -8,6 +8,7 @@ pub mod map;
 pub mod outputs;
 pub mod placement;
 pub mod project;
+pub mod runner;
 pub mod sequence;
 pub mod shared_batch;
 pub mod store;

@@ -17,6 +17,7 @@ use gahp_protocol::gahp::sequence::SequenceState;
 use crate::atomic_file::{self, copy_whole};
 use crate::blah::batch_zip::SharedBatchZip;
 use crate::blah::map::{self, OutputPlan, STDOUT_OUTPUT};
+use crate::blah::runner;
 use crate::config::BlahConfig;
 use crate::project::output_fetcher::{append, check_output_names, completed_job, extract_zip, fetch_file};
 use crate::project::rpc::{Rpc, RpcClient};
@@ -62,42 +63,19 @@ pub async fn deliver_done(
     zip: Option<&SharedBatchZip>,
     deadline: Instant,
 ) -> Result<ClassAd, String> {
-    let auth = &key.authenticator;
     check_output_names(templates)?;
     let app = map::choose_app(ad, cfg).map(|a| a.0).unwrap_or_default();
     let plan = map::output_plan(ad, &app, &templates.outputs).map_err(|e| e.to_string())?;
 
-    let get = |name: &str, dest: &Path| {
-        let index = templates.outputs.iter().position(|n| n == name);
-        let url = index.map(|i| request::output_url(&key.url, auth, batch, i));
-        let from_zip = zip.cloned().zip(index);
-        let (name, dest, job) = (name.to_string(), dest.to_path_buf(), batch.to_string());
-        async move {
-            if let Some((zip, i)) = from_zip {
-                // Off the actors' thread: an entry may be large.
-                let (j, d) = (job.clone(), dest.clone());
-                let taken = tokio::task::spawn_blocking(move || zip.lock().unwrap_or_else(|e| e.into_inner()).extract(&j, i, &d))
-                    .await
-                    .unwrap_or_else(|e| Err(format!("internal error: {e}")));
-                match taken {
-                    Ok(true) => return Ok(0),
-                    Ok(false) => {}
-                    Err(e) => tracing::info!(job, "can't take {name} from the batch's zip ({e}); downloading it alone"),
-                }
-            }
-            let url = url.ok_or_else(|| format!("the app has no output {name}"))?;
-            fetch_file(rpc, url, &dest, deadline).await.map_err(|e| format!("can't fetch {}: {e}", dest.display()))
-        }
-    };
     for (name, dest) in &plan.files {
-        get(name, dest).await?;
+        get_output(rpc, key, batch, templates, zip, name, dest, deadline).await?;
     }
     if let Some(unzip) = &plan.unzip {
         for name in &unzip.archives {
             // Fetched beside its entries' destination, removed when done.
             let tmp =
                 atomic_file::temp_beside(&unzip.dir.join(name)).map_err(|e| format!("can't write in {}: {e}", unzip.dir.display()))?;
-            get(name, tmp.path()).await?;
+            get_output(rpc, key, batch, templates, zip, name, tmp.path(), deadline).await?;
             unpack_if_zip(tmp.path(), &unzip.dir)?;
         }
         for (_, dest) in &plan.files {
@@ -115,7 +93,7 @@ pub async fn deliver_done(
     }
     if let Some(out) = &plan.out {
         if templates.outputs.iter().any(|n| n == STDOUT_OUTPUT) {
-            get(STDOUT_OUTPUT, out).await?;
+            get_output(rpc, key, batch, templates, zip, STDOUT_OUTPUT, out, deadline).await?;
         } else {
             write_whole(out, b"").map_err(|e| format!("can't write {}: {e}", out.display()))?;
         }
@@ -125,6 +103,77 @@ pub async fn deliver_done(
     let mut done = status_ad(batch, job_status::COMPLETED);
     done.insert("ExitCode", Value::Int(job.exit_status));
     done.insert("ExitBySignal", Value::Bool(false));
+    done.insert("RemoteWallClockTime", Value::Real(job.elapsed_time));
+    done.insert("RemoteUserCpu", Value::Real(job.cpu_time));
+    Ok(done)
+}
+
+/// Fetches the app output `name` of job `batch` to `dest`: from the
+/// batch's zip when it holds it, else downloaded alone.
+#[allow(clippy::too_many_arguments)]
+async fn get_output(
+    rpc: &Addr<RpcClient>,
+    key: &ProjectKey,
+    batch: &str,
+    templates: &Templates,
+    zip: Option<&SharedBatchZip>,
+    name: &str,
+    dest: &Path,
+    deadline: Instant,
+) -> Result<u64, String> {
+    let index = templates.outputs.iter().position(|n| n == name);
+    if let Some((zip, i)) = zip.cloned().zip(index) {
+        // Off the actors' thread: an entry may be large.
+        let (j, d) = (batch.to_string(), dest.to_path_buf());
+        let taken = tokio::task::spawn_blocking(move || zip.lock().unwrap_or_else(|e| e.into_inner()).extract(&j, i, &d))
+            .await
+            .unwrap_or_else(|e| Err(format!("internal error: {e}")));
+        match taken {
+            Ok(true) => return Ok(0),
+            Ok(false) => {}
+            Err(e) => tracing::info!(job = batch, "can't take {name} from the batch's zip ({e}); downloading it alone"),
+        }
+    }
+    let url = index
+        .map(|i| request::output_url(&key.url, &key.authenticator, batch, i))
+        .ok_or_else(|| format!("the app has no output {name}"))?;
+    fetch_file(rpc, url, dest, deadline).await.map_err(|e| format!("can't fetch {}: {e}", dest.display()))
+}
+
+/// Places a runner job's files (docs/runner.md "Back on the submit host")
+/// from the runner's output archive, and returns its status-4 ad with the
+/// exit code of the job's own program.
+#[allow(clippy::too_many_arguments)]
+pub async fn deliver_runner_done(
+    rpc: &Addr<RpcClient>,
+    key: &ProjectKey,
+    batch: &str,
+    ad: &ClassAd,
+    templates: &Templates,
+    job: &CompletedJob,
+    zip: Option<&SharedBatchZip>,
+    deadline: Instant,
+) -> Result<ClassAd, String> {
+    let plan = map::runner_placement(ad).map_err(|e| e.to_string())?;
+    let tmp =
+        atomic_file::temp_beside(&plan.iwd.join(runner::OUT_ZIP)).map_err(|e| format!("can't write in {}: {e}", plan.iwd.display()))?;
+    get_output(rpc, key, batch, templates, zip, runner::OUT_ZIP, tmp.path(), deadline).await?;
+    // The runner's own stderr (BOINC's wrapper) is for the admin.
+    tracing::debug!(job = batch, "the runner's stderr: {}", job.stderr_out);
+    let exit = tokio::task::spawn_blocking(move || runner::place_outputs(tmp.path(), &plan))
+        .await
+        .unwrap_or_else(|e| Err(format!("internal error: {e}")))?;
+    let mut done = status_ad(batch, job_status::COMPLETED);
+    match exit {
+        runner::Exit::Code(code) => {
+            done.insert("ExitCode", Value::Int(code));
+            done.insert("ExitBySignal", Value::Bool(false));
+        }
+        runner::Exit::Signal(signal) => {
+            done.insert("ExitBySignal", Value::Bool(true));
+            done.insert("ExitSignal", Value::Int(signal));
+        }
+    }
     done.insert("RemoteWallClockTime", Value::Real(job.elapsed_time));
     done.insert("RemoteUserCpu", Value::Real(job.cpu_time));
     Ok(done)

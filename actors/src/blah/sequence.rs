@@ -9,6 +9,7 @@ use gahp_protocol::boinc::Templates;
 use gahp_protocol::classad::{ClassAd, Value};
 
 use crate::blah::map::{self, MapError};
+use crate::config::BlahConfig;
 use crate::sequences::relocator::CreateSequence;
 use crate::sequences::store::SequenceDef;
 
@@ -145,11 +146,11 @@ pub fn create_sequence(
     settings: &Settings,
     app: &str,
     templates: &Templates,
-    prefix: &str,
+    cfg: &BlahConfig,
 ) -> Result<CreateSequence, SequenceAdError> {
-    let name = sequence_name(ad, prefix)?;
+    let name = sequence_name(ad, &cfg.name_prefix)?;
     // Binds and checks the inputs and that the arguments can be carried.
-    let batch = map::submit_batch(ad, &name, app, templates)?;
+    let batch = map::submit_batch(ad, &name, app, templates, cfg, None)?;
     for state in &settings.state_names {
         if !templates.outputs.contains(state) {
             return Err(SequenceAdError::StateNotOutput { name: state.clone(), app: app.into(), outputs: templates.outputs.join(", ") });
@@ -232,7 +233,7 @@ mod tests {
             s,
             Settings { steps: 10, state_names: vec!["state".into()], max_step_time: 600, max_attempts: 3, end_marker: Some("DONE".into()) }
         );
-        let c = create_sequence(&a, &s, "stepper", &stepper(), "").unwrap();
+        let c = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap();
         assert_eq!(c.steps, 10);
         assert_eq!(c.state_files, [(w.join("state"), "state".to_string())]);
         assert_eq!(
@@ -250,7 +251,7 @@ mod tests {
             }
         );
         // The same ad again (a release) gives the same definition: it resumes.
-        assert_eq!(create_sequence(&a, &s, "stepper", &stepper(), "").unwrap().def, c.def);
+        assert_eq!(create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap().def, c.def);
     }
 
     #[test]
@@ -301,12 +302,12 @@ mod tests {
         let dir = seq_files();
         let a = job(dir.path(), "BoincSequenceSteps = 2; BoincStateFiles = \"extra\"");
         let s = settings(&a).unwrap().unwrap();
-        let e = create_sequence(&a, &s, "stepper", &stepper(), "").unwrap_err();
+        let e = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap_err();
         assert!(matches!(&e, SequenceAdError::StateNotOutput { name, .. } if name == "extra"), "{e}");
         std::fs::remove_file(dir.path().join("extra")).unwrap();
         let a = job(dir.path(), "BoincSequenceSteps = 2; BoincStateFiles = \"state\"");
         let s = settings(&a).unwrap().unwrap();
-        let e = create_sequence(&a, &s, "stepper", &stepper(), "").unwrap_err();
+        let e = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap_err();
         assert!(matches!(e, SequenceAdError::Map(MapError::Input { .. })), "{e}");
     }
 }

@@ -10,7 +10,8 @@ use gahp_protocol::gahp::blah::job_status;
 use super::*;
 use crate::blah::batch_zip::{self, SharedBatchZip};
 use crate::blah::map;
-use crate::blah::outputs::{deliver_done, held_ad, resolve_error};
+use crate::blah::outputs::{deliver_done, deliver_runner_done, held_ad, resolve_error};
+use crate::blah::runner;
 use crate::config::BlahConfig;
 use crate::project::output_fetcher::completed_job;
 use crate::project::rpc::RpcClient;
@@ -185,7 +186,11 @@ impl Delivery {
                 c
             }
         };
-        let done = deliver_done(rpc, key, cfg, &self.job, &self.ad, &templates, &completed, zip, deadline).await?;
+        let done = if runner::is_runner(&templates) {
+            deliver_runner_done(rpc, key, &self.job, &self.ad, &templates, &completed, zip, deadline).await?
+        } else {
+            deliver_done(rpc, key, cfg, &self.job, &self.ad, &templates, &completed, zip, deadline).await?
+        };
         Ok((job_status::COMPLETED, done))
     }
 }

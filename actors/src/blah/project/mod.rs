@@ -75,6 +75,8 @@ enum SubmitFailure {
     /// A work sequence job that can't become a sequence: the hold reason.
     #[error("{0}")]
     Sequence(String),
+    #[error("internal error: {0}; condor_release the job to try again")]
+    Internal(String),
 }
 
 impl SubmitFailure {

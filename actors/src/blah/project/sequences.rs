@@ -25,7 +25,7 @@ impl BlahProject {
         let relocator = self.sequences.clone();
         let (url, file) = (self.key.url.clone(), self.authenticator_file.display().to_string());
         let pool = pool_placement(&ad, &self.config.blah).map(|p| pool_id(&p.pool));
-        let prefix = self.config.blah.name_prefix.clone();
+        let cfg = self.config.blah.clone();
         let work = async move {
             let refuse = |why| BatchOutcome { refused: vec![(name.clone(), why)], result: Ok(vec![]) };
             let (app, source) = match app {
@@ -45,7 +45,7 @@ impl BlahProject {
                 }
             };
             let create = match sequence::settings(&ad) {
-                Ok(Some(settings)) => sequence::create_sequence(&ad, &settings, &app, &templates, &prefix),
+                Ok(Some(settings)) => sequence::create_sequence(&ad, &settings, &app, &templates, &cfg),
                 Ok(None) => return refuse(SubmitFailure::Lost("internal error: this job is no work sequence; condor_release the job")),
                 Err(e) => Err(e),
             };

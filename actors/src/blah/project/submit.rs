@@ -1,19 +1,23 @@
 //! Jobs gathered into shared BOINC batches and submitted through the
 //! project's SubmitPipeline; an app's templates fetched once per period.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
+use gahp_protocol::boinc::Templates;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::SubmitBatch;
 
 use super::*;
 use crate::blah::map;
 use crate::blah::outputs::held_ad;
+use crate::blah::runner;
 use crate::blah::sequence;
 use crate::blah::shared_batch;
 use crate::blah::store::{self, JobRecord, Phase};
 use crate::clock::unix_now;
+use crate::config::BlahConfig;
 
 impl BlahProject {
     /// Lets a batch gather jobs for the window, then submits it.
@@ -87,6 +91,7 @@ impl BlahProject {
             return;
         };
         let cfg = self.config.blah.clone();
+        let state_dir = self.config.state_dir.clone();
         // Every member has the app of the batch's gathering key.
         let app = members.iter().find_map(|(_, ad)| map::choose_app(ad.as_ref()?, &cfg).ok());
         let templates = app.as_ref().and_then(|(app, _)| self.templates(app));
@@ -122,42 +127,29 @@ impl BlahProject {
                     return (BatchOutcome { refused, result: Err((all, SubmitFailure::Templates(reason, e))) }, None);
                 }
             };
-            let mut spec = SubmitBatch { batch_name: b.clone(), app_name: app.clone(), jobs: Vec::new(), params: Default::default() };
-            let mut included = Vec::new();
-            for (name, ad) in members {
-                let Some(ad) = ad else {
-                    refused.push((name, SubmitFailure::Lost("the submit ad of this job was lost; condor_release the job")));
-                    continue;
-                };
-                let mapped = map::choose_app(&ad, &cfg).and_then(|(a, _)| {
-                    let one = map::submit_batch(&ad, &name, &a, &templates)?;
-                    map::output_plan(&ad, &a, &templates.outputs)?;
-                    Ok((a, one))
-                });
-                match mapped {
-                    Ok((a, _)) if a != app => {
-                        refused.push((name, SubmitFailure::Lost("its app changed while it waited for its batch; condor_release the job")))
-                    }
-                    Ok((_, one)) => {
-                        // The batch takes the first member's batch-wide parameters
-                        // (its gathering key makes them the same for all).
-                        if spec.jobs.is_empty() {
-                            spec.params = one.params;
-                        }
-                        spec.jobs.extend(one.jobs);
-                        included.push(name);
-                    }
-                    Err(e) => refused.push((name, SubmitFailure::Map(e))),
+            // Off the actors' thread: a runner job's archive reads its inputs.
+            let scratch = runner::scratch_dir(&state_dir, &b);
+            let templates2 = templates.clone();
+            let (app2, b2, scratch2) = (app.clone(), b.clone(), scratch.clone());
+            let mapped = tokio::task::spawn_blocking(move || map_members(members, &b2, &app2, &templates, &cfg, &scratch2)).await;
+            let (spec, included, mut more) = match mapped {
+                Ok(m) => m,
+                Err(e) => {
+                    withdraw();
+                    return (BatchOutcome { refused, result: Err((all, SubmitFailure::Internal(e.to_string()))) }, None);
                 }
-            }
+            };
+            refused.append(&mut more);
             if included.is_empty() {
                 withdraw();
                 return (BatchOutcome { refused, result: Ok(vec![]) }, None);
             }
             // With the other participants of the batch, if any (one pipeline).
             let submitter = shared_batch::Submitter { key, config, rpc, stager, db, deadline };
-            let part = shared_batch::Part { participant, owner, spec, templates, submitter };
-            match shared_batch::submit(&gathering, window, part).await {
+            let part = shared_batch::Part { participant, owner, spec, templates: templates2, submitter };
+            let submitted = shared_batch::submit(&gathering, window, part).await;
+            runner::remove_scratch(&scratch);
+            match submitted {
                 Ok(into) => (BatchOutcome { refused, result: Ok(included) }, Some(into).filter(|into| *into != b)),
                 Err(e) => (BatchOutcome { refused, result: Err((included, SubmitFailure::Pipeline(e))) }, None),
             }
@@ -245,4 +237,52 @@ impl BlahProject {
         }
         self.finish(name, job_status::HELD, held_ad(name, reason));
     }
+}
+
+/// Maps each member's ad onto the batch (a runner job's archive written
+/// into `scratch`): the batch, the members in it, and those refused.
+fn map_members(
+    members: Vec<(String, Option<ClassAd>)>,
+    batch: &str,
+    app: &str,
+    templates: &Templates,
+    cfg: &BlahConfig,
+    scratch: &Path,
+) -> (SubmitBatch, Vec<String>, Vec<(String, SubmitFailure)>) {
+    let mut spec = SubmitBatch { batch_name: batch.to_string(), app_name: app.to_string(), jobs: Vec::new(), params: Default::default() };
+    let (mut included, mut refused) = (Vec::new(), Vec::new());
+    let is_runner = runner::is_runner(templates);
+    for (name, ad) in members {
+        let Some(ad) = ad else {
+            refused.push((name, SubmitFailure::Lost("the submit ad of this job was lost; condor_release the job")));
+            continue;
+        };
+        let mapped = map::choose_app(&ad, cfg).and_then(|(a, _)| {
+            let one = map::submit_batch(&ad, &name, &a, templates, cfg, Some(scratch))?;
+            // Where its files will go can be told now (a runner's outputs
+            // are only known once the job has run).
+            if is_runner {
+                map::runner_placement(&ad)?;
+            } else {
+                map::output_plan(&ad, &a, &templates.outputs)?;
+            }
+            Ok((a, one))
+        });
+        match mapped {
+            Ok((a, _)) if a != app => {
+                refused.push((name, SubmitFailure::Lost("its app changed while it waited for its batch; condor_release the job")))
+            }
+            Ok((_, one)) => {
+                // The batch takes the first member's batch-wide parameters
+                // (its gathering key makes them the same for all).
+                if spec.jobs.is_empty() {
+                    spec.params = one.params;
+                }
+                spec.jobs.extend(one.jobs);
+                included.push(name);
+            }
+            Err(e) => refused.push((name, SubmitFailure::Map(e))),
+        }
+    }
+    (spec, included, refused)
 }
