@@ -55,7 +55,7 @@ fn a_good_project_passes_with_its_apps_and_php_limits_and_nothing_stored() {
     assert!(out.contains("ok   authenticator: accepted"), "{out}");
     assert!(out.contains("ok   apps: uppercase: inputs [in], outputs [out]"), "{out}");
     assert!(out.contains("ok   apps: concat: inputs [a, b], outputs [out]"), "{out}");
-    assert!(out.contains("ok   submit rights: for uppercase, wordcount, zipper, concat, stepper"), "{out}");
+    assert!(out.contains("ok   submit rights: for uppercase, wordcount, zipper, concat, stepper, runner"), "{out}");
     assert!(out.contains("files per upload request: 7 (PHP max_file_uploads)"), "{out}");
     assert!(!out.contains(&sim.auth), "the authenticator is never printed");
     // The daemon's defaults (8M, 20 files) are over this project's limits.
@@ -118,7 +118,7 @@ fn an_unknown_default_app_is_named_with_the_projects_apps() {
     assert!(out.contains("read as the daemon reads it"), "{out}");
     assert!(
         out.contains(
-            "FAIL apps: nosuch ([blah] default_app): the project has no such app; its apps: uppercase, wordcount, zipper, concat, stepper"
+            "FAIL apps: nosuch ([blah] default_app): the project has no such app; its apps: uppercase, wordcount, zipper, concat, stepper, runner"
         ),
         "{out}"
     );

@@ -66,6 +66,11 @@ pub struct AppSpec {
     /// the work directory, where the inputs carry their logical names and
     /// the outputs must be written under theirs; the job's args are appended.
     pub command: Option<Vec<String>>,
+    /// The input template leaves out `rsc_fpops_bound`, `rsc_memory_bound`
+    /// and `rsc_disk_bound`, so each job's own (its `job_params`) apply: a
+    /// value in the template wins over the job's, as on a real server.
+    #[serde(default)]
+    pub job_bounds: bool,
     pub fpops_est: f64,
     pub delay_bound: f64,
     pub min_quorum: u32,
@@ -90,6 +95,7 @@ impl AppSpec {
             outputs: outputs.iter().map(|s| s.to_string()).collect(),
             optional_outputs: Vec::new(),
             command: None,
+            job_bounds: false,
             fpops_est: BUILTIN_FPOPS_EST,
             delay_bound: 86400.0,
             min_quorum: 1,
@@ -110,6 +116,13 @@ impl AppSpec {
         self.fpops_est * FPOPS_BOUND_FACTOR
     }
 
+    /// The bounds the input template fixes: `rsc_fpops_bound`,
+    /// `rsc_memory_bound`, `rsc_disk_bound`; `None` for an app with
+    /// `job_bounds` (its template has none of them).
+    pub fn template_bounds(&self) -> Option<(f64, f64, f64)> {
+        (!self.job_bounds).then(|| (self.fpops_bound(), RSC_MEMORY_BOUND, RSC_DISK_BOUND))
+    }
+
     /// The `templates/<app>_in` file, in the layout of a real server's
     /// (ends with a newline; `get_templates` inserts it raw followed by one
     /// more newline).
@@ -125,21 +138,21 @@ impl AppSpec {
                 xml_text(name)
             ));
         }
+        s.push_str(&format!("        <rsc_fpops_est>{:e}</rsc_fpops_est>\n", self.fpops_est));
+        if let Some((fpops, memory, disk)) = self.template_bounds() {
+            s.push_str(&format!(
+                "        <rsc_fpops_bound>{fpops:e}</rsc_fpops_bound>\n\
+                 \x20       <rsc_memory_bound>{memory:e}</rsc_memory_bound>\n\
+                 \x20       <rsc_disk_bound>{disk:e}</rsc_disk_bound>\n"
+            ));
+        }
         s.push_str(&format!(
-            "        <rsc_fpops_est>{:e}</rsc_fpops_est>\n\
-             \x20       <rsc_fpops_bound>{:e}</rsc_fpops_bound>\n\
-             \x20       <rsc_memory_bound>{:e}</rsc_memory_bound>\n\
-             \x20       <rsc_disk_bound>{:e}</rsc_disk_bound>\n\
-             \x20       <delay_bound>{}</delay_bound>\n\
+            "        <delay_bound>{}</delay_bound>\n\
              \x20       <min_quorum>{}</min_quorum>\n\
              \x20       <target_nresults>{}</target_nresults>\n\
              \x20       <max_error_results>{}</max_error_results>\n\
              \x20       <max_total_results>{}</max_total_results>\n\
              \x20       <max_success_results>{}</max_success_results>\n",
-            self.fpops_est,
-            self.fpops_bound(),
-            RSC_MEMORY_BOUND,
-            RSC_DISK_BOUND,
             self.delay_bound,
             self.min_quorum,
             self.target_nresults,
@@ -197,7 +210,10 @@ impl AppSpec {
 ///   uppercased, deflated) and `count.txt` (the summary, stored);
 /// * `concat`: `a`, `b` → `out`, the two inputs one after the other;
 /// * `stepper`: `state`, `extra` → `state`, `DONE` (both optional): one step
-///   of a work sequence, see [`stepper_next`].
+///   of a work sequence, see [`stepper_next`];
+/// * `runner`: `condor_exec.exe`, `condor_job.zip` → `condor_out.zip`: runs
+///   the job's own executable as `docs/runner.md` says, see
+///   [`crate::runner`]. Its template leaves the bounds to the job.
 pub fn builtin_apps() -> Vec<AppSpec> {
     let mut stepper = AppSpec::new("stepper", &["state", "extra"], &["state", "DONE"]);
     stepper.optional_outputs = vec!["state".into(), "DONE".into()];
@@ -207,6 +223,7 @@ pub fn builtin_apps() -> Vec<AppSpec> {
         AppSpec::new("zipper", &["in"], &["results.zip"]),
         AppSpec::new("concat", &["a", "b"], &["out"]),
         stepper,
+        crate::runner::spec(),
     ]
 }
 
@@ -239,9 +256,10 @@ pub fn app_entry_from_env() -> Option<i32> {
 /// `--cpu-ms N` (compute until N ms of CPU time are used, before working);
 /// for `stepper` also `--end-at K` (write `DONE` once the new counter is
 /// at least K) and `--heartbeat` (write no `state`). Unknown words are
-/// reported on stderr and ignored. Exit codes of its own: 0 success,
-/// 1 an input could not be read or an output written, 2 usage (unknown app,
-/// bad job arg value).
+/// reported on stderr and ignored. `runner` takes none of these: every
+/// word after its name is the job's (see [`crate::runner`]). Exit codes of
+/// its own: 0 success, 1 an input could not be read or an output written,
+/// 2 usage (unknown app, bad job arg value).
 pub fn app_main(args: &[OsString]) -> i32 {
     let stderr = io::stderr();
     let mut log = stderr.lock();
@@ -261,6 +279,20 @@ pub fn app_main_in(dir: &Path, args: &[OsString], log: &mut dyn Write) -> i32 {
         return 2;
     };
     lg.line(&format!("{name}: app started; argc {}", args.len()));
+
+    if name == crate::runner::NAME {
+        // Every word after the name is the job's own: the runner takes
+        // none of the flags below.
+        let code = match crate::runner::run(dir, &args[1..], &mut lg) {
+            Ok(()) => 0,
+            Err(msg) => {
+                lg.line(&format!("{name}: {msg}"));
+                1
+            }
+        };
+        lg.line(&format!("called boinc_finish({code})"));
+        return code;
+    }
 
     let mut fail: Option<i32> = None;
     let mut sleep_ms: u64 = 0;
@@ -316,13 +348,14 @@ pub fn app_main_in(dir: &Path, args: &[OsString], log: &mut dyn Write) -> i32 {
     code
 }
 
-struct AppLog<'a> {
+/// A built-in app's stderr.
+pub(crate) struct AppLog<'a> {
     out: &'a mut dyn Write,
 }
 
 impl AppLog<'_> {
     /// `YYYY-MM-DD HH:MM:SS (pid): msg`, as BOINC apps log (UTC here).
-    fn line(&mut self, msg: &str) {
+    pub(crate) fn line(&mut self, msg: &str) {
         let _ = writeln!(self.out, "{} ({}): {msg}", timestamp(), std::process::id());
         let _ = self.out.flush();
     }
@@ -849,6 +882,20 @@ pub async fn run_instance(
     workdir: &Path,
     timeout: Duration,
 ) -> io::Result<InstanceRun> {
+    run_instance_with(app, exe, command_line, inputs, workdir, timeout, None).await
+}
+
+/// [`run_instance`], with the client's message for a run killed at
+/// `timeout` (default: `exceeded elapsed time limit <timeout>`).
+pub async fn run_instance_with(
+    app: &AppSpec,
+    exe: &Path,
+    command_line: &str,
+    inputs: &[PathBuf],
+    workdir: &Path,
+    timeout: Duration,
+    timeout_message: Option<String>,
+) -> io::Result<InstanceRun> {
     use std::os::unix::process::CommandExt;
 
     if inputs.len() != app.inputs.len() {
@@ -948,7 +995,8 @@ pub async fn run_instance(
     let app_stderr = String::from_utf8_lossy(&stderr_buf);
 
     let (exit_status, message) = if timed_out {
-        (EXIT_TIME_LIMIT_EXCEEDED, Some(format!("exceeded elapsed time limit {:.2}", timeout.as_secs_f64())))
+        let msg = timeout_message.unwrap_or_else(|| format!("exceeded elapsed time limit {:.2}", timeout.as_secs_f64()));
+        (EXIT_TIME_LIMIT_EXCEEDED, Some(msg))
     } else if libc::WIFEXITED(status) {
         let c = libc::WEXITSTATUS(status);
         let msg = (c != 0).then(|| format!("process exited with code {c} ({c:#x}, {})", c - 256));

@@ -90,6 +90,7 @@ struct Dispatch {
     command_line: String,
     inputs: Vec<PathBuf>,
     fpops_est: f64,
+    fpops_bound: f64,
     sent_time: f64,
 }
 
@@ -250,7 +251,17 @@ impl Engine {
         let factor = if self.rng.gen::<f64>() < b.straggler_rate { b.straggler_factor } else { 1.0 };
         let lost = self.rng.gen::<f64>() < b.lost_rate;
         let host_error = self.rng.gen::<f64>() < b.error_rate;
-        let duration = d.fpops_est / b.flops * factor;
+        let mut duration = d.fpops_est / b.flops * factor;
+        // The client ends an instance that runs longer than rsc_fpops_bound
+        // / flops (BOINC's max_elapsed_time). Its run time is the planned
+        // one, or the real process's time on the sim clock; a straggler's
+        // extra time is time the host does not run it, which does not count.
+        let limit = (d.fpops_bound.is_finite() && d.fpops_bound > 0.0).then(|| d.fpops_bound / b.flops);
+        let limit_msg = |l: f64| format!("exceeded elapsed time limit {l:.2} ({:.2}G/{:.2}G)", d.fpops_bound / 1e9, b.flops / 1e9);
+        let over = limit.filter(|l| d.fpops_est / b.flops > *l);
+        if let Some(l) = over {
+            duration = l * factor;
+        }
         let slot = self.ctx.dirs.slots.join(d.result_id.to_string());
         let mut f = InFlight {
             host: d.host,
@@ -268,14 +279,30 @@ impl Engine {
             // The host vanishes with it: nothing to compute.
         } else if host_error {
             f.outcome = Some(RunOutcome::HostError(format!("simulated failure on host {}", h.name)));
+        } else if let Some(l) = over {
+            // Killed at the limit whatever it would have made: not run.
+            f.outcome = Some(RunOutcome::Ran(InstanceRun {
+                exit_status: apps::EXIT_TIME_LIMIT_EXCEEDED,
+                stderr: apps::wrap_stderr("", Some(&limit_msg(l))),
+                outputs: vec![None; d.app.outputs.len()],
+                wall_secs: 0.0,
+                cpu_secs: 0.0,
+                timed_out: true,
+            }));
         } else {
             let (tx, rx) = oneshot::channel();
             let runs = self.runs.clone();
             let exe = self.ctx.app_exe.clone();
-            let timeout = Duration::from_secs_f64(self.ctx.cfg.run_timeout_secs.max(0.001));
+            // The limit in real seconds: the process runs on the real clock.
+            let run_timeout = self.ctx.cfg.run_timeout_secs;
+            let (secs, msg) = match limit.map(|l| (l / self.ctx.clock.scale(), l)) {
+                Some((real, l)) if real < run_timeout => (real, Some(limit_msg(l))),
+                _ => (run_timeout, None),
+            };
+            let timeout = Duration::from_secs_f64(secs.max(0.001));
             let task = tokio::spawn(async move {
                 let _permit = runs.acquire_owned().await;
-                let out = match apps::run_instance(&d.app, &exe, &d.command_line, &d.inputs, &slot, timeout).await {
+                let out = match apps::run_instance_with(&d.app, &exe, &d.command_line, &d.inputs, &slot, timeout, msg).await {
                     Ok(run) => RunOutcome::Ran(run),
                     Err(e) => RunOutcome::HostError(format!("can't start the app: {e}")),
                 };
@@ -541,6 +568,7 @@ fn resume_db(ctx: &Ctx, c: &Connection, host_ids: &[i64]) -> Res<Vec<Dispatch>> 
             command_line: wu.command_line.clone(),
             inputs: wu.input_files.iter().map(|f| ctx.dirs.download.join(f)).collect(),
             fpops_est: wu.rsc_fpops_est,
+            fpops_bound: wu.rsc_fpops_bound,
             sent_time,
         });
     }
@@ -598,6 +626,7 @@ fn dispatch(ctx: &Ctx, c: &Connection, now: f64, free: &[FreeHost]) -> Res<Vec<D
             command_line: wu.command_line.clone(),
             inputs: wu.input_files.iter().map(|f| ctx.dirs.download.join(f)).collect(),
             fpops_est: wu.rsc_fpops_est,
+            fpops_bound: wu.rsc_fpops_bound,
             sent_time: now,
         });
     }

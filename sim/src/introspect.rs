@@ -132,6 +132,10 @@ fn build_state(ctx: &Ctx, c: &Connection, only_batch: Option<i64>, with_jobs: bo
                 "mod_time": wu.mod_time,
                 "transition_time": wu.transition_time,
                 "command_line": wu.command_line,
+                "rsc_fpops_est": wu.rsc_fpops_est,
+                "rsc_fpops_bound": wu.rsc_fpops_bound,
+                "rsc_memory_bound": wu.rsc_memory_bound,
+                "rsc_disk_bound": wu.rsc_disk_bound,
                 "input_files": wu.input_files,
                 "instances": by_wu.remove(&wu.id).unwrap_or_default(),
             }));

@@ -32,6 +32,7 @@ mod lifecycle;
 pub mod php;
 mod replies;
 mod rpc;
+pub mod runner;
 mod server_status;
 mod store;
 pub mod xmlreq;

@@ -410,6 +410,11 @@ pub struct Workunit {
     pub ever_sent: bool,
     pub transition_time: f64,
     pub rsc_fpops_est: f64,
+    /// An instance that runs past `rsc_fpops_bound / flops` is killed.
+    pub rsc_fpops_bound: f64,
+    /// Recorded only: the sim's hosts have no memory or disk to run out of.
+    pub rsc_memory_bound: f64,
+    pub rsc_disk_bound: f64,
     pub delay_bound: f64,
     pub command_line: String,
     pub input_files: Vec<String>,
@@ -422,7 +427,8 @@ pub struct Workunit {
 
 const WU_COLS: &str = "id, name, appid, batch, mod_time, canonical_resultid, error_mask, ever_sent, \
     transition_time, rsc_fpops_est, delay_bound, command_line, input_files, min_quorum, \
-    target_nresults, max_error_results, max_total_results, max_success_results";
+    target_nresults, max_error_results, max_total_results, max_success_results, \
+    rsc_fpops_bound, rsc_memory_bound, rsc_disk_bound";
 
 fn split_lines(s: String) -> Vec<String> {
     if s.is_empty() {
@@ -452,6 +458,9 @@ fn wu_row(r: &Row<'_>) -> rusqlite::Result<Workunit> {
         max_error_results: r.get(15)?,
         max_total_results: r.get(16)?,
         max_success_results: r.get(17)?,
+        rsc_fpops_bound: r.get(18)?,
+        rsc_memory_bound: r.get(19)?,
+        rsc_disk_bound: r.get(20)?,
     })
 }
 

@@ -84,7 +84,7 @@ fn run_in(dir: &Path, args: &[&str]) -> (i32, String) {
 fn builtin_app_list() {
     let apps = builtin_apps();
     let names: Vec<_> = apps.iter().map(|a| a.name.as_str()).collect();
-    assert_eq!(names, ["uppercase", "wordcount", "zipper", "concat", "stepper"]);
+    assert_eq!(names, ["uppercase", "wordcount", "zipper", "concat", "stepper", "runner"]);
     let st = builtin_app("stepper").unwrap();
     assert_eq!(st.inputs, ["state", "extra"]);
     assert_eq!(st.outputs, ["state", "DONE"]);

@@ -260,9 +260,11 @@ fn create_work(
     };
     let spec = &app.spec;
     let or = |tpl: f64, v: f64| if tpl > 0.0 { tpl } else { v };
-    let fpops_bound = or(spec.fpops_bound(), param("rsc_fpops_bound", 8.64e13));
-    let memory_bound = or(crate::apps::RSC_MEMORY_BOUND, param("rsc_memory_bound", 5e8));
-    let disk_bound = or(crate::apps::RSC_DISK_BOUND, param("rsc_disk_bound", 1e9));
+    // An app whose template leaves the bounds out takes the job's.
+    let (tpl_fpops, tpl_memory, tpl_disk) = spec.template_bounds().unwrap_or((0.0, 0.0, 0.0));
+    let fpops_bound = or(tpl_fpops, param("rsc_fpops_bound", 8.64e13));
+    let memory_bound = or(tpl_memory, param("rsc_memory_bound", 5e8));
+    let disk_bound = or(tpl_disk, param("rsc_disk_bound", 1e9));
     let delay_bound = or(spec.delay_bound, param("delay_bound", 604800.0)).trunc();
     let batch_fpops = param("rsc_fpops_est", 3.6e12);
     let app_version_num = b.int("app_version_num");

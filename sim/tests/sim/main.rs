@@ -12,6 +12,7 @@ mod t_files;
 mod t_jobs;
 mod t_lifecycle;
 mod t_perf;
+mod t_runner;
 mod t_steps;
 mod t_wire;
 
@@ -60,6 +61,7 @@ fn all_tests() -> Vec<(&'static str, TestFn)> {
         t_jobs::batch_files_zip_like_the_capture,
         t_lifecycle::retire_and_expiry_delete_files,
         t_lifecycle::restart_keeps_state,
+        t_runner::runner_job_end_to_end,
         t_steps::stepper_jobs_end_to_end,
         t_steps::jobs_go_only_to_their_target,
         t_steps::stalled_hosts_hold_their_work,
