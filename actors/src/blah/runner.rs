@@ -270,7 +270,9 @@ pub fn place_outputs(archive: &Path, plan: &Placement) -> Result<Exit, String> {
             for (name, dest) in named {
                 let src = root.join(name.trim_end_matches('/'));
                 if !name_is_inside(name) || !src.exists() {
-                    return Err(format!("the job made no {name} (transfer_output_files)"));
+                    return Err(format!(
+                        "the job made no file {name} (transfer_output_files; a runner returns the files the job makes in its directory, not directories: archive a directory in the job)"
+                    ));
                 }
                 moves.push((src, dest.clone()));
             }
