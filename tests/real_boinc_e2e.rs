@@ -16,7 +16,8 @@
 //! The project needs BOINC's example app `uppercase` (input `in`, output
 //! `out`) and the `stepper` app of the test server (input and output
 //! `state`; it writes each argv word to stderr as `argv[i]=<word>`; `--sleep
-//! S` makes a step take S seconds). `BOINC_REAL_CLIENT_RPC` and
+//! S` makes a step take S seconds), and the runner app `runner` of
+//! `deploy/boinc-runner` (docs/runner.md). `BOINC_REAL_CLIENT_RPC` and
 //! `BOINC_REAL_CLIENT_PASSWD` name the GUI RPC of a client attached to the
 //! project: the tests nudge it while they wait, and the work-sequence test
 //! suspends it to make a step miss its deadline (it fails without them).
@@ -650,4 +651,105 @@ fn two_clients_blah_jobs_share_one_batch_through_serve() {
         assert_eq!(names.iter().filter(|n| n.starts_with(&format!("{c}~blah#"))).count(), 1, "{c}: {r:?}");
     }
     assert!(!s.log_text().contains(&real.auth), "the authenticator never reaches serve's log");
+}
+
+/// Where the project keeps a staged input (`download/<fan-out dir>/<name>`),
+/// if `BOINC_REAL_PROJECT_DIR` names the project's directory.
+fn download_path(name: &str) -> Option<PathBuf> {
+    let project = PathBuf::from(std::env::var("BOINC_REAL_PROJECT_DIR").ok().filter(|v| !v.is_empty())?);
+    std::fs::read_dir(project.join("download")).ok()?.flatten().map(|d| d.path().join(name)).find(|p| p.is_file())
+}
+
+/// A `batch boinc` job that sends its own sh script runs in the project's
+/// runner app (`deploy/boinc-runner`: BOINC's wrapper and
+/// `condor_runner.sh`; docs/runner.md): its arguments with white space and
+/// quotes, its environment, stdin and input file reach the script, and its
+/// stdout, stderr and output come back; a second job of the same script,
+/// exiting 3, completes with `ExitCode` 3 and its outputs, and the script
+/// was uploaded once (with `BOINC_REAL_PROJECT_DIR`: its file in the
+/// project's download directory is the one the first job's upload made).
+#[test]
+#[ignore = "needs a real BOINC server: deploy/real-boinc-test/run"]
+fn script_jobs_run_in_the_runner_app() {
+    let real = real();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 1\nrunner_app = \"runner\"\n",
+        real.url,
+        real.auth_file.display()
+    );
+    let mut g = daemon(&real, dir.path(), &config);
+    // New to the server in each run (the tag), so the first job uploads it.
+    let script = format!(
+        "#!/bin/sh\n# runner test {}\nfor a in \"$@\"; do echo \"arg=<$a>\"; done\necho \"GREETING=<$GREETING>\"\n\
+         echo \"stdin=<$(cat)>\"\ntr a-z A-Z <data.txt >result.txt\necho \"to stderr\" >&2\nexit \"${{RC:-0}}\"\n",
+        real.tag
+    );
+    let args = ["plain", "two words", "it's here", "say \"hi\"", "a&b"];
+    let job = |name: &str, env: &str| {
+        let iwd = dir.path().join(name);
+        std::fs::create_dir_all(&iwd).unwrap();
+        std::fs::write(iwd.join("job.sh"), &script).unwrap();
+        std::fs::write(iwd.join("data.txt"), format!("input of {name}\n")).unwrap();
+        std::fs::write(iwd.join("in.txt"), format!("stdin of {name}")).unwrap();
+        let ad = job_ad(
+            &iwd,
+            &format!("rbci_{name}_{}", real.tag),
+            &[
+                ("Arguments", Value::Str(format_args_v2(&args))),
+                ("Environment", Value::Str(env.into())),
+                ("In", Value::Str("in.txt".into())),
+                ("TransferInput", Value::Str("data.txt".into())),
+                ("TransferOutput", Value::Str("result.txt".into())),
+                ("TransferOutputRemaps", Value::Str(format!("result.txt = result {name}.txt"))),
+                ("Out", Value::Str("job.out".into())),
+                ("Err", Value::Str("job.err".into())),
+            ],
+        );
+        (iwd, ad)
+    };
+    let check = |name: &str, iwd: &Path, ad: &ClassAd, exit: i64| {
+        assert_eq!(ad.get_int("ExitCode"), Some(exit), "{name}: {ad}");
+        let mut out = String::new();
+        for a in args {
+            out.push_str(&format!("arg=<{a}>\n"));
+        }
+        out.push_str(&format!("GREETING=<hello world>\nstdin=<stdin of {name}>\n"));
+        assert_eq!(std::fs::read_to_string(iwd.join("job.out")).unwrap(), out, "{name}'s stdout");
+        assert_eq!(std::fs::read_to_string(iwd.join("job.err")).unwrap(), "to stderr\n", "{name}'s stderr");
+        let result = std::fs::read_to_string(iwd.join(format!("result {name}.txt"))).unwrap();
+        assert_eq!(result, format!("INPUT OF {}\n", name.to_uppercase()), "{name}'s output");
+    };
+
+    let (iwd, ad) = job("runa", "GREETING='hello world'");
+    let r = blah(&mut g, BlahCommand::JobSubmit { ad });
+    assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+    let (st, ad) = wait_blah_final(&real, &mut g, &r[2]);
+    assert_eq!(st, 4, "completed: {ad}");
+    check("runa", &iwd, &ad, 0);
+
+    // The script's upload: <md5>.sh (docs/spec/boinc-rpc.md §8.2).
+    let sum = Command::new("md5sum").arg(iwd.join("job.sh")).output().unwrap();
+    let name = format!("{}.sh", String::from_utf8_lossy(&sum.stdout).split_whitespace().next().unwrap());
+    let first = download_path(&name).map(|p| {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&p).unwrap();
+        (p, m.ino(), m.mtime_nsec(), m.mtime())
+    });
+    if std::env::var_os("BOINC_REAL_PROJECT_DIR").is_some() {
+        assert!(first.is_some(), "the script is in the project's download directory as {name}");
+    }
+
+    let (iwd, ad) = job("runb", "GREETING='hello world' RC=3");
+    let r = blah(&mut g, BlahCommand::JobSubmit { ad });
+    assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+    let (st, ad) = wait_blah_final(&real, &mut g, &r[2]);
+    assert_eq!(st, 4, "completed, exiting 3: {ad}");
+    check("runb", &iwd, &ad, 3);
+    if let Some((p, ino, nsec, sec)) = first {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!((m.ino(), m.mtime_nsec(), m.mtime()), (ino, nsec, sec), "{name} was uploaded again for the second job");
+    }
+    assert!(!log_text(dir.path()).contains(&real.auth), "the authenticator never reaches the log");
 }
