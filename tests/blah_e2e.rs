@@ -96,6 +96,14 @@ fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
 /// A submit ad as HTCondor 23.9's gridmanager writes it.
 use gahp_testkit::blah_job_ad as job_ad;
 
+/// A job that names no app and does not send its executable: it runs
+/// `default_app` (docs/runner.md).
+fn default_app_job(iwd: &Path, job_dir: &str, attrs: &[(&str, Value)]) -> ClassAd {
+    let mut ad = job_ad(iwd, job_dir, attrs);
+    ad.insert("TransferExecutable", Value::Bool(false));
+    ad
+}
+
 fn str_value(v: &str) -> Value {
     Value::Str(v.into())
 }
@@ -256,7 +264,8 @@ fn a_held_job_is_logged_with_its_condor_id_boinc_names_and_reason() {
 
 #[test]
 fn a_job_with_arguments_an_input_and_two_outputs_completes_with_its_files() {
-    let w = World::new("");
+    // The job's environment is dropped at wordcount, as the admin says.
+    let w = World::new("[blah.apps.wordcount]\nenvironment = \"ignore\"\n");
     let (sim, dir) = (&w.sim, w.path());
     let mut g = w.start();
     let iwd = dir.join("submit");
@@ -366,7 +375,11 @@ fn cancel_aborts_the_running_boinc_job_and_a_release_resubmits_a_new_attempt() {
     let iwd = dir.to_path_buf();
     std::fs::write(iwd.join("in"), "hello\n").unwrap();
     let ad = |args: &str| {
-        job_ad(&iwd, "home_bl_hold_1.0", &[("Arguments", str_value(args)), ("TransferInput", str_value("in")), ("Out", str_value("o"))])
+        default_app_job(
+            &iwd,
+            "home_bl_hold_1.0",
+            &[("Arguments", str_value(args)), ("TransferInput", str_value("in")), ("Out", str_value("o"))],
+        )
     };
 
     let first = submit(&mut g, ad("--sleep-ms 30000"));
@@ -638,7 +651,7 @@ fn a_panicking_project_actor_still_yields_one_result_of_the_right_shape() {
     let mut g = gahp_with(dir, &["--config", w.config.to_str().unwrap()], &[("BOINC_GAHP_PANIC_ON", "blah#home_bl_doomed#1")]);
     g.command_line(b"ASYNC_MODE_ON").unwrap();
     std::fs::write(dir.join("in"), "x\n").unwrap();
-    let ad = |d: &str| job_ad(dir, d, &[("TransferInput", str_value("in"))]);
+    let ad = |d: &str| default_app_job(dir, d, &[("TransferInput", str_value("in"))]);
     let doomed = submit(&mut g, ad("home_bl_doomed"));
     let (_, _, r) = status(&mut g, &doomed);
     assert_eq!(r[0], "1", "{r:?}");
@@ -716,7 +729,7 @@ fn jobs_submitted_together_share_a_batch_and_a_cancel_aborts_only_its_job() {
         let iwd = dir.join(format!("job{i}"));
         std::fs::create_dir_all(&iwd).unwrap();
         std::fs::write(iwd.join("in"), format!("job {i}\n")).unwrap();
-        job_ad(&iwd, &format!("home_bl_share_{i}.0"), &[("Arguments", str_value(args)), ("TransferInput", str_value("in"))])
+        default_app_job(&iwd, &format!("home_bl_share_{i}.0"), &[("Arguments", str_value(args)), ("TransferInput", str_value("in"))])
     };
     let submits: Vec<BlahCommand> =
         (0..20).map(|i| BlahCommand::JobSubmit { ad: ad(i, if i == 7 { "--sleep-ms 60000" } else { "" }) }).collect();
@@ -780,7 +793,7 @@ fn many_jobs_cost_at_most_one_and_an_eighth_rpcs_each() {
         .map(|i| {
             std::fs::create_dir_all(iwd(i)).unwrap();
             std::fs::write(iwd(i).join("in"), format!("scale job {i}\n")).unwrap();
-            BlahCommand::JobSubmit { ad: job_ad(&iwd(i), &format!("home_bl_scale_{i}.0"), &[("TransferInput", str_value("in"))]) }
+            BlahCommand::JobSubmit { ad: default_app_job(&iwd(i), &format!("home_bl_scale_{i}.0"), &[("TransferInput", str_value("in"))]) }
         })
         .collect();
     let ids: Vec<String> = blah_burst(&mut g, submits, WAIT).into_iter().map(|r| r[2].clone()).collect();
@@ -855,7 +868,7 @@ fn a_shared_batch_survives_a_lost_reply_and_a_daemon_killed_mid_submit() {
         let iwd = dir.join(format!("k{i}"));
         std::fs::create_dir_all(&iwd).unwrap();
         std::fs::write(iwd.join("in"), format!("kill {i}\n")).unwrap();
-        job_ad(&iwd, &format!("home_bl_kill_{i}.0"), &[("TransferInput", str_value("in"))])
+        default_app_job(&iwd, &format!("home_bl_kill_{i}.0"), &[("TransferInput", str_value("in"))])
     };
     let ids: Vec<String> = blah_burst(&mut g, (0..5).map(|i| BlahCommand::JobSubmit { ad: ad(i) }).collect(), WAIT)
         .into_iter()
@@ -919,7 +932,7 @@ fn a_spoiled_batch_zip_falls_back_to_job_by_job_downloads() {
             let iwd = dir.join(format!("r{round}/j{i}"));
             std::fs::create_dir_all(&iwd).unwrap();
             std::fs::write(iwd.join("in"), format!("round {round} job {i}\n")).unwrap();
-            job_ad(&iwd, &format!("home_bl_spoil_{round}_{i}.0"), &[("TransferInput", str_value("in"))])
+            default_app_job(&iwd, &format!("home_bl_spoil_{round}_{i}.0"), &[("TransferInput", str_value("in"))])
         };
         let ids: Vec<String> = blah_burst(&mut g, (0..4).map(|i| BlahCommand::JobSubmit { ad: ad(i) }).collect(), WAIT)
             .into_iter()
@@ -970,7 +983,7 @@ fn sequence_job(iwd: &Path, job_dir: &str, steps: i64, args: &str) -> ClassAd {
     std::fs::create_dir_all(iwd).unwrap();
     std::fs::write(iwd.join("state"), "").unwrap();
     std::fs::write(iwd.join("extra"), format!("extra of {job_dir}\n")).unwrap();
-    job_ad(
+    default_app_job(
         iwd,
         job_dir,
         &[

@@ -69,7 +69,11 @@ fn a_submit_flood_is_paced_and_every_command_behind_it_is_answered_once() {
     for i in 0..JOBS {
         std::fs::create_dir_all(iwd(i)).unwrap();
         std::fs::write(iwd(i).join("in"), format!("flood {i}\n")).unwrap();
-        let ad = gahp_testkit::blah_job_ad(&iwd(i), &format!("home_bl_flood_{i}.0"), &[("TransferInput", Value::Str("in".into()))]);
+        let ad = gahp_testkit::blah_job_ad(
+            &iwd(i),
+            &format!("home_bl_flood_{i}.0"),
+            &[("TransferInput", Value::Str("in".into())), ("BoincApp", Value::Str("uppercase".into()))],
+        );
         let reqid = g.reqid();
         write(&mut flood, format(&Request::Blah { reqid: ReqId(reqid), command: BlahCommand::JobSubmit { ad } }));
         sent.push((reqid, Sent::Submit(i)));

@@ -30,7 +30,8 @@ fn serve_config(dir: &Path, window: f64) -> PathBuf {
 fn uppercase_job(iwd: &Path, job_dir: &str) -> ClassAd {
     std::fs::create_dir_all(iwd).unwrap();
     std::fs::write(iwd.join("in"), format!("input of {job_dir}\n")).unwrap();
-    gahp_testkit::blah_job_ad(iwd, job_dir, &[("TransferInput", str_value("in")), ("TransferOutput", str_value("out"))])
+    let attrs = [("TransferInput", str_value("in")), ("TransferOutput", str_value("out")), ("BoincApp", str_value("uppercase"))];
+    gahp_testkit::blah_job_ad(iwd, job_dir, &attrs)
 }
 
 /// The sim's batches with their job names.
@@ -135,7 +136,8 @@ fn clients_on_one_account_share_one_batch_and_each_keeps_its_jobs() {
             c.submit(dir.path(), i);
         }
     }
-    let mut broken = gahp_testkit::blah_job_ad(&dir.path().join("carol broken"), "home_bl_carol_broken.0_1", &[]);
+    let mut broken =
+        gahp_testkit::blah_job_ad(&dir.path().join("carol broken"), "home_bl_carol_broken.0_1", &[("BoincApp", str_value("uppercase"))]);
     broken.insert("TransferInput", str_value("missing"));
     std::fs::create_dir_all(dir.path().join("carol broken")).unwrap();
     let broken = submit(&mut clients[2].g, broken);
