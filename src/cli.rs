@@ -109,6 +109,9 @@ pub fn settings(cli: &Cli) -> Result<Settings, String> {
     };
     d.blah.authenticator_file = d.blah.authenticator_file.take().map(|f| beside(path.as_deref(), &f));
     d.blah.pool = d.blah.pool.take().map(|f| beside(path.as_deref(), &f));
+    if let Some(plugins) = d.blah.transfer_plugins.as_mut() {
+        plugins.iter_mut().for_each(|p| *p = beside(path.as_deref(), p));
+    }
     d.blah.config_file = path;
     if let Some(f) = std::env::var_os("GAHP_SSL_CAFILE").filter(|f| !f.is_empty()) {
         d.ca_files.push(PathBuf::from(f));

@@ -146,6 +146,9 @@ pub struct BlahConfig {
     /// The runner (docs/runner.md) that jobs naming no app and sending
     /// their own executable go to.
     pub runner_app: Option<String>,
+    /// The runner for jobs with a `container_image` that name no app (one
+    /// with `container = true` in its `[blah.apps.<name>]`).
+    pub container_runner_app: Option<String>,
     /// What each app provides for a job's requests (`[blah.apps.<name>]`).
     pub apps: BTreeMap<String, AppConfig>,
     /// Jobs may choose their own project and authenticator file.
@@ -181,6 +184,20 @@ pub struct BlahConfig {
     /// most hourly).
     #[serde(rename = "forget_finished_jobs_after_secs", with = "secs")]
     pub forget_finished_after: Duration,
+    /// A `transfer_input_files` URL is fetched on the submit side, once
+    /// per batch, into a file of at most this many bytes (docs/blah.md
+    /// "Inputs"); a larger one holds the job.
+    pub url_input_max_bytes: u64,
+    /// Each URL input (or each run of a file transfer plugin) must be
+    /// fetched within this, or the job is held.
+    #[serde(rename = "url_input_timeout_secs", with = "secs")]
+    pub url_input_timeout: Duration,
+    /// HTCondor file transfer plugins (executables) for URL schemes other
+    /// than http and https (osdf://, pelican://, s3://, ...). Unset: those
+    /// of `condor_config_val FILETRANSFER_PLUGINS`, if HTCondor is there.
+    /// `~/` is the home directory; a relative path is relative to the
+    /// config file.
+    pub transfer_plugins: Option<Vec<PathBuf>>,
     /// Where this came from, named in hold reasons that ask for a fix.
     #[serde(skip)]
     pub config_file: Option<PathBuf>,
@@ -199,6 +216,9 @@ pub struct BlahConfig {
     pub known_jobs_only: bool,
 }
 
+/// The default bound of one URL input (1 GiB).
+pub const DEFAULT_URL_INPUT_MAX_BYTES: u64 = 1 << 30;
+
 /// What one app provides for a job's requests (docs/runner.md).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -212,11 +232,14 @@ pub struct AppConfig {
     pub flops: f64,
     /// What a job's environment does at an app that is not a runner.
     pub environment: EnvironmentPolicy,
+    /// A runner that runs each job in its `container_image` (BOINC's
+    /// docker_wrapper): container jobs go only to such an app.
+    pub container: bool,
 }
 
 impl Default for AppConfig {
     fn default() -> Self {
-        AppConfig { cpus: 1, gpus: 0, flops: DEFAULT_HOST_FLOPS, environment: EnvironmentPolicy::Hold }
+        AppConfig { cpus: 1, gpus: 0, flops: DEFAULT_HOST_FLOPS, environment: EnvironmentPolicy::Hold, container: false }
     }
 }
 
@@ -248,6 +271,7 @@ impl Default for BlahConfig {
             authenticator_file: None,
             default_app: None,
             runner_app: None,
+            container_runner_app: None,
             apps: BTreeMap::new(),
             allow_project_override: true,
             status_refresh: Duration::from_secs(30),
@@ -258,6 +282,9 @@ impl Default for BlahConfig {
             batch_max_jobs: 1000,
             max_commands_in_progress: 1000,
             forget_finished_after: Duration::from_secs(90 * 24 * 3600),
+            url_input_max_bytes: DEFAULT_URL_INPUT_MAX_BYTES,
+            url_input_timeout: Duration::from_secs(600),
+            transfer_plugins: None,
             config_file: None,
             pool: None,
             name_prefix: String::new(),
@@ -365,6 +392,12 @@ impl DaemonConfig {
         if self.blah.project_url.as_deref().is_some_and(|u| !(u.starts_with("http://") || u.starts_with("https://"))) {
             return bad("blah.project_url", "must be an http:// or https:// URL");
         }
+        if self.blah.url_input_max_bytes == 0 {
+            return bad("blah.url_input_max_bytes", "must be at least 1");
+        }
+        if self.blah.transfer_plugins.as_ref().is_some_and(|p| p.iter().any(|p| p.as_os_str().is_empty())) {
+            return bad("blah.transfer_plugins", "must be paths of executables (an empty one is not)");
+        }
         if self.blah.apps.values().any(|a| !(a.flops.is_finite() && a.flops > 0.0)) {
             return bad("blah.apps.flops", "must be a positive number (operations a second)");
         }
@@ -450,7 +483,32 @@ mod tests {
         let c = DaemonConfig::from_toml("[blah]\nforget_finished_jobs_after_secs = 120.5\n").unwrap();
         assert_eq!(c.blah.forget_finished_after, Duration::from_millis(120_500));
         assert_eq!(c.log_rotation, LogRotation::Daily);
+        assert_eq!((c.blah.url_input_max_bytes, c.blah.url_input_timeout), (1 << 30, Duration::from_secs(600)));
+        assert_eq!(c.blah.transfer_plugins, None);
+        let c = DaemonConfig::from_toml("[blah]\nurl_input_max_bytes = 1000\nurl_input_timeout_secs = 2.5\ntransfer_plugins = [\"/p\"]\n")
+            .unwrap();
+        assert_eq!((c.blah.url_input_max_bytes, c.blah.url_input_timeout), (1000, Duration::from_millis(2500)));
+        assert_eq!(c.blah.transfer_plugins, Some(vec![PathBuf::from("/p")]));
         assert_eq!(DaemonConfig::from_toml("log_rotation = \"minutely\"").unwrap().log_rotation, LogRotation::Minutely);
+    }
+
+    #[test]
+    fn apps_say_what_they_provide() {
+        let c = DaemonConfig::from_toml(
+            "[blah]\nrunner_app = \"runner\"\n[blah.apps.runner]\ncpus = 4\ngpus = 1\nflops = 2e9\n[blah.apps.uppercase]\nenvironment = \"ignore\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.blah.runner_app.as_deref(), Some("runner"));
+        assert_eq!(
+            c.blah.app("runner"),
+            AppConfig { cpus: 4, gpus: 1, flops: 2e9, environment: EnvironmentPolicy::Hold, container: false }
+        );
+        assert_eq!(c.blah.app("uppercase").environment, EnvironmentPolicy::Ignore);
+        assert_eq!(c.blah.app("other"), AppConfig::default());
+        for bad in ["flops = 0", "flops = -1", "cpu = 2", "environment = \"pass\""] {
+            let e = DaemonConfig::from_toml(&format!("[blah.apps.x]\n{bad}\n")).unwrap_err();
+            assert!(e.contains("flops") || e.contains("unknown") || e.contains("variant"), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -486,6 +544,11 @@ mod tests {
             ("ping_timeout_secs = 0", "ping_timeout_secs"),
             ("log_rotation = \"weekly\"", "log_rotation"),
             ("[blah]\nproject_url = \"ftp://x/\"", "blah.project_url"),
+            ("[blah]\nurl_input_max_bytes = 0", "blah.url_input_max_bytes"),
+            ("[blah]\nurl_input_max_bytes = -1", "url_input_max_bytes"),
+            ("[blah]\nurl_input_timeout_secs = 0", "url_input_timeout_secs"),
+            ("[blah]\ntransfer_plugins = [\"\"]", "blah.transfer_plugins"),
+            ("[blah]\ntransfer_plugins = \"/usr/libexec/condor/curl_plugin\"", "transfer_plugins"),
             ("upload_max_bytes = 1000", "upload_max_bytes"),
             ("[projects.\"http://a/\"]\nupload_max_bytes = 10", "projects.upload_max_bytes"),
             ("[projects.\"http://a/\"]\nupload_chunk = 0", "projects.upload_chunk"),

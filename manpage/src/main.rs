@@ -104,6 +104,8 @@ fn render_daemon(w: &mut dyn Write) -> io::Result<()> {
                 roman(", "),
                 bold("authenticator_file"),
                 roman(", optionally "),
+                bold("runner_app"),
+                roman(" for jobs that send their own executable, "),
                 bold("default_app"),
                 roman(" or a "),
                 bold("pool"),

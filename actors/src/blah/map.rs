@@ -11,9 +11,9 @@ use gahp_protocol::boinc::command_line::{self, ArgRefused};
 use gahp_protocol::boinc::Templates;
 use gahp_protocol::classad::{self, ArgsError, ClassAd, Value};
 use gahp_protocol::gahp::{InputFile, JobParams, JobSpec, ParamValue, SubmitBatch};
-use md5::{Digest, Md5};
 
 use crate::blah::runner;
+use crate::blah::url_inputs::{self, UrlInputs};
 use crate::config::{BlahConfig, EnvironmentPolicy};
 use crate::project::output_fetcher::under;
 
@@ -119,9 +119,7 @@ pub fn project_key(url: &str, authenticator_file: &Path) -> String {
     hex_md5(&bytes)[..12].to_string()
 }
 
-pub(crate) fn hex_md5(bytes: &[u8]) -> String {
-    Md5::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
+pub(crate) use crate::file_stager::hex_md5;
 
 /// Script names are appended to the URL: it must end with `/`.
 pub fn normalize_url(url: &str) -> String {
@@ -155,11 +153,22 @@ pub enum MapError {
     )]
     NoApp { config: String },
     #[error(
-        "this job sends its own executable {exe}, and no runner app is configured to run it: set runner_app in the \
-         [blah] section of {config} (docs/runner.md), or name a BOINC app with +remote_BoincApp, or set \
-         +remote_TransferExecutable = false if {exe} is the name of an app of the project"
+        "this job sends its own executable {exe}, and no runner app is configured to run it: set runner_app in \
+         {config} (docs/runner.md), or name a BOINC app with +remote_BoincApp"
     )]
     NoRunner { exe: String, config: String },
+    #[error(
+        "this job runs in the container image {image}, and no container runner app is configured: set \
+         container_runner_app in the [blah] section of {config} (docs/runner.md \"Containers\")"
+    )]
+    NoContainerRunner { image: String, config: String },
+    #[error(
+        "app {app} can't run the job in its container image {image}: only a runner app declared with container = true in \
+         [blah.apps.{app}] of {config} can (docs/runner.md \"Containers\")"
+    )]
+    NotAContainerRunner { app: String, image: String, config: String },
+    #[error("app {0} runs jobs in container images, and this job names none: set container_image in the submit file")]
+    NoImage(String),
     #[error("app {app} is not a runner (its inputs are {inputs}; a runner's are condor_exec.exe, condor_job.zip): {why}")]
     NotARunner { app: String, inputs: String, why: &'static str },
     #[error("app {0} is a runner: it needs the job's executable, but the job does not send it (transfer_executable = false)")]
@@ -243,6 +252,12 @@ pub fn choose_app(ad: &ClassAd, cfg: &BlahConfig) -> Result<(String, &'static st
     if let Some(app) = non_empty(ad, "Queue") {
         return Ok((app.to_string(), "batch_queue"));
     }
+    if let Some(image) = non_empty(ad, "ContainerImage") {
+        return match cfg.container_runner_app.as_deref().filter(|a| !a.is_empty()) {
+            Some(runner) => Ok((runner.to_string(), "container_runner_app")),
+            None => Err(MapError::NoContainerRunner { image: image.to_string(), config: config_name(cfg) }),
+        };
+    }
     let cmd = non_empty(ad, "Cmd");
     if let Some(cmd) = cmd.filter(|_| sends_executable(ad)) {
         return match cfg.runner_app.as_deref().filter(|a| !a.is_empty()) {
@@ -287,6 +302,8 @@ pub fn gather_key(ad: &ClassAd, cfg: &BlahConfig) -> Option<String> {
 /// The BOINC batch of one job: the app's inputs bound to local files (for
 /// a runner, the executable and the job's archive, written into `scratch`),
 /// the arguments as a BOINC command line, the bounds from its requests.
+/// A URL in `transfer_input_files` holds the job (a work sequence job takes
+/// local files only); [`submit_batch_with_urls`] takes fetched ones.
 pub fn submit_batch(
     ad: &ClassAd,
     batch: &str,
@@ -295,12 +312,37 @@ pub fn submit_batch(
     cfg: &BlahConfig,
     scratch: Option<&Path>,
 ) -> Result<SubmitBatch, MapError> {
+    let urls = UrlInputs::refused("is a URL, and a work sequence job takes local files only: give local files");
+    submit_batch_with_urls(ad, batch, app, templates, cfg, scratch, &urls)
+}
+
+/// [`submit_batch`], with the files the job's URL inputs were fetched into
+/// (`blah::url_inputs`): each is an input under the last segment of its
+/// URL's path, as any file is under its base name.
+pub fn submit_batch_with_urls(
+    ad: &ClassAd,
+    batch: &str,
+    app: &str,
+    templates: &Templates,
+    cfg: &BlahConfig,
+    scratch: Option<&Path>,
+    urls: &UrlInputs,
+) -> Result<SubmitBatch, MapError> {
     let iwd = PathBuf::from(ad.get_str("Iwd").ok_or(MapError::Missing("Iwd"))?);
     let args = command_line::quote_args(&arguments(ad)?)?;
     let params = job_params(ad, app, cfg)?;
     let env = environment(ad)?;
+    // A container job runs in its image or not at all; a container runner
+    // runs nothing outside one.
+    match (non_empty(ad, "ContainerImage"), cfg.app(app).container) {
+        (Some(image), false) => {
+            return Err(MapError::NotAContainerRunner { app: app.to_string(), image: image.to_string(), config: config_name(cfg) })
+        }
+        (None, true) => return Err(MapError::NoImage(app.to_string())),
+        _ => {}
+    }
     let inputs = if runner::is_runner(templates) {
-        runner_inputs(ad, &iwd, app, &env, scratch)?
+        runner_inputs(ad, &iwd, app, &env, scratch, urls)?
     } else {
         if choose_app(ad, cfg).is_ok_and(|(_, source)| source == "runner_app") {
             let why = "it is runner_app in the config, for jobs that send their executable";
@@ -310,7 +352,7 @@ pub fn submit_batch(
             let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
             return Err(MapError::Environment { app: app.to_string(), names: names.join(", ") });
         }
-        bind_inputs(ad, &iwd, app, &templates.inputs)?
+        bind_inputs(ad, &iwd, app, &templates.inputs, urls)?
     };
     Ok(SubmitBatch {
         batch_name: batch.to_string(),
@@ -393,6 +435,7 @@ fn runner_inputs(
     app: &str,
     env: &[(String, String)],
     scratch: Option<&Path>,
+    urls: &UrlInputs,
 ) -> Result<Vec<InputFile>, MapError> {
     let cmd = non_empty(ad, "Cmd").filter(|_| sends_executable(ad)).ok_or_else(|| MapError::RunnerWithoutExecutable(app.to_string()))?;
     let exe = under(iwd, Path::new(cmd));
@@ -404,9 +447,14 @@ fn runner_inputs(
     let scratch = scratch.ok_or_else(|| MapError::Archive("a work sequence can't run through a runner app".into()))?;
     let env_text = runner::env_file(env).map_err(MapError::EnvironmentLine)?;
     let mut entries = vec![runner::Entry::Text { name: runner::ENV_FILE.into(), text: env_text }];
+    if let Some(image) = non_empty(ad, "ContainerImage") {
+        entries.push(runner::Entry::Text { name: runner::IMAGE_FILE.into(), text: format!("{image}\n") });
+    }
     for entry in transfer_input(ad) {
-        if entry.contains("://") {
-            return Err(MapError::Input { path: entry.into(), from: "transfer_input_files", problem: "is a URL; give local files".into() });
+        if url_inputs::is_url(entry) {
+            let (src, name) = urls.local(entry).map_err(|problem| url_error(entry, problem))?;
+            entries.push(runner::Entry::File { name, src });
+            continue;
         }
         let contents_only = entry.ends_with('/');
         let path = under(iwd, Path::new(entry.trim_end_matches('/')));
@@ -446,12 +494,15 @@ pub(crate) fn arguments(ad: &ClassAd) -> Result<Vec<String>, MapError> {
 /// Binds `TransferInput` entries and `In` to the app's input names: a file
 /// whose base name is an input's name goes there (`In` goes to `stdin` if
 /// the app has it); one input left over takes the one file left over.
-fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String]) -> Result<Vec<InputFile>, MapError> {
-    // (path, where it came from, the input name it binds to by name)
-    let mut files: Vec<(PathBuf, &'static str, Option<String>)> = Vec::new();
+fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String], urls: &UrlInputs) -> Result<Vec<InputFile>, MapError> {
+    // (path, where it came from, the input name it binds to by name, what
+    // messages call it)
+    let mut files: Vec<(PathBuf, &'static str, Option<String>, String)> = Vec::new();
     for entry in transfer_input(ad) {
-        if entry.contains("://") {
-            return Err(MapError::Input { path: entry.into(), from: "transfer_input_files", problem: "is a URL; give local files".into() });
+        if url_inputs::is_url(entry) {
+            let (src, name) = urls.local(entry).map_err(|problem| url_error(entry, problem))?;
+            files.push((src, "transfer_input_files", Some(name), url_inputs::shown(entry)));
+            continue;
         }
         if entry.ends_with('/') {
             return Err(MapError::Input {
@@ -461,18 +512,22 @@ fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String]) -> Result<
             });
         }
         let base = Path::new(entry).file_name().map(|n| n.to_string_lossy().into_owned());
-        files.push((under(iwd, Path::new(entry)), "transfer_input_files", base));
+        let path = under(iwd, Path::new(entry));
+        let shown = path.display().to_string();
+        files.push((path, "transfer_input_files", base, shown));
     }
     if let Some(stdin) = stdin_path(ad) {
-        files.push((under(iwd, Path::new(stdin)), "input", Some("stdin".into())));
+        let path = under(iwd, Path::new(stdin));
+        let shown = path.display().to_string();
+        files.push((path, "input", Some("stdin".into()), shown));
     }
 
     let mut slots: Vec<Option<usize>> = vec![None; names.len()];
     let mut used = vec![false; files.len()];
-    for (i, (path, _, base)) in files.iter().enumerate() {
+    for (i, (_, _, base, shown)) in files.iter().enumerate() {
         let Some(slot) = names.iter().position(|n| Some(n) == base.as_ref()) else { continue };
         if let Some(other) = slots[slot] {
-            let problem = format!("both {} and {} are named {}", files[other].0.display(), path.display(), names[slot]);
+            let problem = format!("both {} and {shown} are named {}", files[other].3, names[slot]);
             return Err(binding(app, names, problem));
         }
         slots[slot] = Some(i);
@@ -488,18 +543,19 @@ fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String]) -> Result<
             return Err(binding(app, names, format!("no file for {}", missing.join(", "))));
         }
         (_, left) => {
-            let extra: Vec<String> = left.iter().map(|&i| files[i].0.display().to_string()).collect();
+            let extra: Vec<String> = left.iter().map(|&i| files[i].3.clone()).collect();
             return Err(binding(app, names, format!("no input name matches {}", extra.join(", "))));
         }
     }
 
     let mut inputs = Vec::with_capacity(names.len());
     for (slot, name) in names.iter().enumerate() {
-        let Some((path, from, _)) = slots[slot].map(|i| &files[i]) else { continue };
+        let Some((path, from, _, shown)) = slots[slot].map(|i| &files[i]) else { continue };
+        let problem = |problem: String| MapError::Input { path: shown.clone(), from, problem };
         match std::fs::metadata(path) {
             Ok(m) if m.is_file() => {}
-            Ok(_) => return Err(input_error(path, from, "is not a regular file")),
-            Err(e) => return Err(input_error(path, from, &format!("can't be read: {e}"))),
+            Ok(_) => return Err(problem("is not a regular file".into())),
+            Err(e) => return Err(problem(format!("can't be read: {e}"))),
         }
         inputs.push(InputFile { src: path.clone(), dst_name: name.clone() });
     }
@@ -509,6 +565,11 @@ fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String]) -> Result<
 fn binding(app: &str, names: &[String], problem: String) -> MapError {
     let inputs = if names.is_empty() { "no input files".to_string() } else { format!("the inputs {}", names.join(", ")) };
     MapError::Binding { app: app.to_string(), inputs, problem }
+}
+
+/// A URL input that has no file: the URL, as the log shows it, and why.
+fn url_error(url: &str, problem: String) -> MapError {
+    MapError::Input { path: url_inputs::shown(url), from: "transfer_input_files", problem }
 }
 
 fn input_error(path: &Path, from: &'static str, problem: &str) -> MapError {
@@ -755,6 +816,32 @@ mod tests {
     }
 
     #[test]
+    fn a_container_job_runs_in_its_image_at_a_container_runner_or_is_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        std::fs::write(w.join("run.sh"), "#!/bin/sh\n").unwrap();
+        let job = ad(&format!("[ Iwd = \"{}\"; Cmd = \"run.sh\"; ContainerImage = \"docker://python:3.12\" ]", w.display()));
+        let runner_t = Templates { inputs: vec![runner::EXE_INPUT.into(), runner::JOB_ZIP.into()], outputs: vec![runner::OUT_ZIP.into()] };
+        // A plain runner never runs it outside the container.
+        let plain = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
+        assert!(matches!(choose_app(&job, &plain), Err(MapError::NoContainerRunner { .. })));
+        let e = submit_batch(&job, "n", "runner", &runner_t, &plain, Some(w)).unwrap_err();
+        assert!(matches!(e, MapError::NotAContainerRunner { .. }), "{e}");
+        let box_ = crate::config::AppConfig { container: true, ..Default::default() };
+        let c = BlahConfig { container_runner_app: Some("docker".into()), apps: [("docker".to_string(), box_)].into(), ..plain };
+        assert_eq!(choose_app(&job, &c).unwrap(), ("docker".into(), "container_runner_app"));
+        let b = submit_batch(&job, "n", "docker", &runner_t, &c, Some(&w.join("s"))).unwrap();
+        let zip = std::fs::File::open(&b.jobs[0].inputs[1].src).unwrap();
+        let mut zip = zip::ZipArchive::new(zip).unwrap();
+        let mut image = String::new();
+        std::io::Read::read_to_string(&mut zip.by_name(runner::IMAGE_FILE).unwrap(), &mut image).unwrap();
+        assert_eq!(image, "docker://python:3.12\n");
+        // A container runner runs nothing without an image.
+        let bare = ad(&format!("[ Iwd = \"{}\"; Cmd = \"run.sh\"; BoincApp = \"docker\" ]", w.display()));
+        assert!(matches!(submit_batch(&bare, "n", "docker", &runner_t, &c, Some(w)), Err(MapError::NoImage(_))));
+    }
+
+    #[test]
     fn a_runner_job_sends_its_executable_and_an_archive() {
         let dir = tempfile::tempdir().unwrap();
         let w = dir.path();
@@ -823,6 +910,44 @@ mod tests {
         assert!(matches!(e, MapError::Input { .. }), "{e}");
         let e = submit_batch(&job("TransferInput = \"d/\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
         assert!(e.to_string().contains("directory"), "{e}");
+    }
+
+    #[test]
+    fn a_fetched_url_is_an_input_under_its_last_path_segment_and_a_failed_one_holds_the_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        std::fs::write(w.join("run.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::write(w.join("in"), "local").unwrap();
+        std::fs::write(w.join("fetched"), "from the web").unwrap();
+        let (ok, gone) = ("http://h.example/d/data.txt?sig=s", "http://h.example/gone");
+        let urls = UrlInputs::fetched(
+            [(ok.to_string(), Ok(w.join("fetched"))), (gone.to_string(), Err("HTTP status 404 (Not Found)".to_string()))].into(),
+        );
+        let job = |inputs: &str| ad(&format!("[ Iwd = \"{}\"; Cmd = \"run.sh\"; TransferInput = \"{inputs}\" ]", w.display()));
+        // A runner job: in its archive under the URL's name.
+        let runner_t = Templates { inputs: vec![runner::EXE_INPUT.into(), runner::JOB_ZIP.into()], outputs: vec![runner::OUT_ZIP.into()] };
+        let c = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
+        let scratch = w.join("scratch");
+        let b = submit_batch_with_urls(&job(&format!("in, {ok}")), "n", "runner", &runner_t, &c, Some(&scratch), &urls).unwrap();
+        let mut zip = zip::ZipArchive::new(std::fs::File::open(&b.jobs[0].inputs[1].src).unwrap()).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut zip.by_name("data.txt").unwrap(), &mut text).unwrap();
+        assert_eq!(text, "from the web");
+        assert!(zip.by_name("in").is_ok());
+        let e = submit_batch_with_urls(&job(&format!("in, {gone}")), "n", "runner", &runner_t, &c, Some(&scratch), &urls).unwrap_err();
+        assert_eq!(e.to_string(), "input file http://h.example/gone (transfer_input_files) can't be fetched: HTTP status 404 (Not Found)");
+        // An app's input: bound by that name, or by elimination.
+        let b = submit_batch_with_urls(&job(ok), "n", "u", &templates(&["data.txt"]), &cfg(), None, &urls).unwrap();
+        assert_eq!(b.jobs[0].inputs, [InputFile { src: w.join("fetched"), dst_name: "data.txt".into() }]);
+        let b = submit_batch_with_urls(&job(ok), "n", "u", &templates(&["in"]), &cfg(), None, &urls).unwrap();
+        assert_eq!(b.jobs[0].inputs, [InputFile { src: w.join("fetched"), dst_name: "in".into() }]);
+        let e = submit_batch_with_urls(&job(&format!("in,{ok}")), "n", "u", &templates(&["x"]), &cfg(), None, &urls).unwrap_err();
+        assert!(e.to_string().contains("http://h.example/d/data.txt?…"), "named as the URL, without its query: {e}");
+        let e = submit_batch_with_urls(&job(gone), "n", "u", &templates(&["in"]), &cfg(), None, &urls).unwrap_err();
+        assert!(matches!(&e, MapError::Input { path, .. } if path == gone), "{e}");
+        // Without fetching (a work sequence), a URL is refused.
+        let e = submit_batch(&job(ok), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
+        assert!(e.to_string().contains("local files only"), "{e}");
     }
 
     #[test]

@@ -12,3 +12,4 @@ pub mod runner;
 pub mod sequence;
 pub mod shared_batch;
 pub mod store;
+pub mod url_inputs;

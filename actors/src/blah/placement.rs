@@ -30,7 +30,8 @@ pub fn pool_placement(ad: &ClassAd, cfg: &BlahConfig) -> Option<PlaceJob> {
         .unwrap_or("")
         .split(',')
         .map(str::trim)
-        .filter(|e| !e.is_empty() && !e.ends_with('/'))
+        // A URL is fetched at submission: it is no file here to place by.
+        .filter(|e| !e.is_empty() && !e.ends_with('/') && !crate::blah::url_inputs::is_url(e))
         .map(|e| iwd.join(e))
         .collect();
     let expr_text = |name: &str| match ad.get(name)? {

@@ -9,7 +9,6 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use gahp_protocol::boinc::Templates;
-use md5::{Digest, Md5};
 
 /// The runner's inputs and output, by their open names.
 pub const EXE_INPUT: &str = "condor_exec.exe";
@@ -23,6 +22,8 @@ pub const STDIN_FILE: &str = "_condor_stdin";
 pub const STDOUT_FILE: &str = "_condor_stdout";
 pub const STDERR_FILE: &str = "_condor_stderr";
 pub const EXIT_FILE: &str = "_condor_exit_code";
+/// A container runner's image, for a job with `container_image`.
+pub const IMAGE_FILE: &str = "_condor_container_image";
 
 /// At most this many files go into one job's archive (a directory of
 /// millions is a mistake, not a job).
@@ -39,8 +40,7 @@ pub fn scratch_dir(state_dir: &Path, batch: &str) -> PathBuf {
             let _ = fs::remove_dir_all(e.path());
         }
     }
-    let hex: String = Md5::digest(batch.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
-    root.join(hex)
+    root.join(crate::file_stager::hex_md5(batch.as_bytes()))
 }
 
 /// Removes a batch's archives once it is submitted (or failed): the
@@ -166,17 +166,7 @@ pub fn write_archive(dir: &Path, mut entries: Vec<Entry>) -> Result<PathBuf, Arc
         }
         zip.finish().map_err(|e| write_err(io::Error::other(e)))?;
     }
-    let mut md5 = Md5::new();
-    let mut f = fs::File::open(tmp.path()).map_err(write_err)?;
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = f.read(&mut buf).map_err(write_err)?;
-        if n == 0 {
-            break;
-        }
-        md5.update(&buf[..n]);
-    }
-    let hex: String = md5.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::file_stager::md5_file(tmp.path()).map_err(write_err)?;
     let dest = dir.join(format!("{hex}.zip"));
     if dest.is_file() {
         return Ok(dest); // the same bytes, made for an earlier job
@@ -432,7 +422,7 @@ mod tests {
         assert_eq!(fs::read_to_string(iwd2.join("r.1")).unwrap(), "r");
         assert!(!iwd2.join("res").exists(), "only what the job names");
         let plan = Placement { named: Some(vec![("missing".into(), iwd2.join("m"))]), ..plan };
-        assert!(place_outputs(&zip, &plan).unwrap_err().contains("made no missing"));
+        assert!(place_outputs(&zip, &plan).unwrap_err().contains("made no file missing"));
         let plan = Placement { named: Some(vec![("../x".into(), iwd2.join("m"))]), ..plan };
         assert!(place_outputs(&zip, &plan).is_err());
         // No exit code: not a runner's archive.

@@ -287,17 +287,7 @@ impl Actor for RpcClient {
 
 impl RpcClient {
     pub fn new(key: ProjectKey, config: Arc<DaemonConfig>) -> Self {
-        let mut connector = awc::Connector::new().timeout(config.connect_timeout);
-        match tls_config(&config.ca_files) {
-            Ok(tls) => connector = connector.rustls_0_23(Arc::new(tls)),
-            Err(e) => tracing::error!("TLS set-up failed, https will not work: {e}"),
-        }
-        let client = awc::Client::builder()
-            .connector(connector)
-            .disable_redirects()
-            .timeout(config.rpc_timeout)
-            .add_default_header((header::USER_AGENT, "BOINC Condor adapter (boinc-gahp)"))
-            .finish();
+        let client = http_client(&config, 0, config.rpc_timeout);
         RpcClient { key, client, limit: Rc::new(Semaphore::new(config.max_concurrent_rpcs.max(1))), config }
     }
 
@@ -423,65 +413,13 @@ impl RpcClient {
             }
             return Err(Attempt::Failed(RpcError::Boinc { num: -1, msg: reply::download_error(&body) }));
         }
-        // awc ends the body stream quietly when the connection drops early,
-        // so a torn download is recognised by its length.
-        let expected: Option<u64> =
-            res.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
-        let too_big = || Attempt::Failed(RpcError::Local(format!("the file is larger than {} bytes", d.max_bytes)));
-        if expected.is_some_and(|n| n > d.max_bytes) {
-            return Err(too_big());
-        }
-        let mut file = tokio::fs::File::create(&d.dest)
-            .await
-            .map_err(|e| Attempt::Failed(RpcError::Local(format!("can't create {}: {e}", d.dest.display()))))?;
-        let window = self.config.download_stall_timeout;
-        let mut window_end = Instant::now() + window;
-        let mut in_window = 0u64;
-        let mut total = 0u64;
-        loop {
-            let now = Instant::now();
-            if now >= until {
-                return Err(Attempt::Transient(format!(
-                    "download not done by its deadline: {total} bytes in {:.1} s",
-                    whole.as_secs_f64()
-                )));
+        body_to_file(&mut res, &d.dest, d.max_bytes, until, whole, self.config.download_stall_timeout).await.map_err(|e| {
+            if e.is_transient() {
+                Attempt::Transient(e.to_string())
+            } else {
+                Attempt::Failed(RpcError::Local(e.to_string()))
             }
-            // Checked also while bytes trickle in: a drip never lets the
-            // wait below time out.
-            if now >= window_end {
-                if in_window < MIN_PROGRESS {
-                    return Err(Attempt::Transient(format!("download stalled: {in_window} bytes in {:.1} s", window.as_secs_f64())));
-                }
-                window_end = now + window;
-                in_window = 0;
-            }
-            let next = tokio::time::timeout_at(window_end.min(until).into(), res.next()).await;
-            match next {
-                // The loop's top says which bound it was.
-                Err(_) => continue,
-                Ok(None) => break,
-                Ok(Some(Err(e))) => return Err(Attempt::Transient(format!("download cut short: {e}"))),
-                Ok(Some(Ok(chunk))) => {
-                    total += chunk.len() as u64;
-                    in_window += chunk.len() as u64;
-                    if total > d.max_bytes {
-                        return Err(too_big());
-                    }
-                    file.write_all(&chunk)
-                        .await
-                        .map_err(|e| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display()))))?;
-                }
-            }
-        }
-        if let Some(expected) = expected.filter(|n| *n != total) {
-            return Err(Attempt::Transient(format!("download cut short: {total} of {expected} bytes")));
-        }
-        // tokio writes in the background: the error of the last write (a
-        // full disk) comes out of flush, which sync_all does not report.
-        let cant_write = |e: std::io::Error| Attempt::Failed(RpcError::Local(format!("can't write {}: {e}", d.dest.display())));
-        file.flush().await.map_err(cant_write)?;
-        file.sync_all().await.map_err(cant_write)?;
-        Ok(total)
+        })
     }
 
     async fn get_page_once(&self, p: &Page, timeout: Duration) -> Result<Bytes, Attempt> {
@@ -505,6 +443,98 @@ impl RpcClient {
         })
         .await
     }
+}
+
+/// Why a response body did not land whole in its file.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    #[error("download not done by its deadline: {total} bytes in {secs:.1} s")]
+    Deadline { total: u64, secs: f64 },
+    #[error("download stalled: {bytes} bytes in {secs:.1} s")]
+    Stalled { bytes: u64, secs: f64 },
+    #[error("download cut short: {0}")]
+    Cut(String),
+    #[error("the file is larger than {0} bytes")]
+    TooBig(u64),
+    #[error("can't create {path}: {source}")]
+    Create { path: String, source: io::Error },
+    #[error("can't write {path}: {source}")]
+    Write { path: String, source: io::Error },
+}
+
+impl BodyError {
+    /// A stalled, late or torn body: another attempt may pass.
+    pub(crate) fn is_transient(&self) -> bool {
+        matches!(self, BodyError::Deadline { .. } | BodyError::Stalled { .. } | BodyError::Cut(_))
+    }
+}
+
+/// Streams a response body into `dest` (created or truncated): at most
+/// `max_bytes` (a longer `Content-Length` is refused before anything is
+/// read), whole by `until` (`whole` is that attempt's length, for the
+/// message), and flowing: fewer than [`MIN_PROGRESS`] bytes in a `window`
+/// is a stall, as is nothing at all. Returns the byte count, the file
+/// flushed and synced.
+pub(crate) async fn body_to_file<S>(
+    res: &mut awc::ClientResponse<S>,
+    dest: &std::path::Path,
+    max_bytes: u64,
+    until: Instant,
+    whole: Duration,
+    window: Duration,
+) -> Result<u64, BodyError>
+where
+    S: futures_util::Stream<Item = Result<Bytes, awc::error::PayloadError>> + Unpin,
+{
+    // awc ends the body stream quietly when the connection drops early,
+    // so a torn download is recognised by its length.
+    let expected: Option<u64> = res.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok());
+    if expected.is_some_and(|n| n > max_bytes) {
+        return Err(BodyError::TooBig(max_bytes));
+    }
+    let mut file = tokio::fs::File::create(dest).await.map_err(|source| BodyError::Create { path: dest.display().to_string(), source })?;
+    let cant_write = |source| BodyError::Write { path: dest.display().to_string(), source };
+    let mut window_end = Instant::now() + window;
+    let mut in_window = 0u64;
+    let mut total = 0u64;
+    loop {
+        let now = Instant::now();
+        if now >= until {
+            return Err(BodyError::Deadline { total, secs: whole.as_secs_f64() });
+        }
+        // Checked also while bytes trickle in: a drip never lets the
+        // wait below time out.
+        if now >= window_end {
+            if in_window < MIN_PROGRESS {
+                return Err(BodyError::Stalled { bytes: in_window, secs: window.as_secs_f64() });
+            }
+            window_end = now + window;
+            in_window = 0;
+        }
+        let next = tokio::time::timeout_at(window_end.min(until).into(), res.next()).await;
+        match next {
+            // The loop's top says which bound it was.
+            Err(_) => continue,
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(BodyError::Cut(e.to_string())),
+            Ok(Some(Ok(chunk))) => {
+                total += chunk.len() as u64;
+                in_window += chunk.len() as u64;
+                if total > max_bytes {
+                    return Err(BodyError::TooBig(max_bytes));
+                }
+                file.write_all(&chunk).await.map_err(cant_write)?;
+            }
+        }
+    }
+    if let Some(expected) = expected.filter(|n| *n != total) {
+        return Err(BodyError::Cut(format!("{total} of {expected} bytes")));
+    }
+    // tokio writes in the background: the error of the last write (a
+    // full disk) comes out of flush, which sync_all does not report.
+    file.flush().await.map_err(cant_write)?;
+    file.sync_all().await.map_err(cant_write)?;
+    Ok(total)
 }
 
 /// A download slower than this many bytes per stall window
@@ -639,6 +669,23 @@ fn file_chunks(path: PathBuf, size: u64) -> impl futures_util::Stream<Item = io:
         buf.truncate(n);
         Ok(Some((buf.freeze(), (Some(file), path, left - n as u64))))
     })
+}
+
+/// The daemon's HTTP client: connect timeout and trust roots from the
+/// config, its User-Agent, at most `max_redirects` redirects followed (a
+/// project's: none), `timeout` until the headers of a reply.
+pub(crate) fn http_client(config: &DaemonConfig, max_redirects: u8, timeout: Duration) -> awc::Client {
+    let mut connector = awc::Connector::new().timeout(config.connect_timeout);
+    match tls_config(&config.ca_files) {
+        Ok(tls) => connector = connector.rustls_0_23(Arc::new(tls)),
+        Err(e) => tracing::error!("TLS set-up failed, https will not work: {e}"),
+    }
+    awc::Client::builder()
+        .connector(connector)
+        .max_redirects(max_redirects)
+        .timeout(timeout)
+        .add_default_header((header::USER_AGENT, "BOINC Condor adapter (boinc-gahp)"))
+        .finish()
 }
 
 /// Web roots plus the CA files HTCondor passes in GAHP_SSL_CAFILE/CADIR.

@@ -16,6 +16,7 @@ use crate::blah::runner;
 use crate::blah::sequence;
 use crate::blah::shared_batch;
 use crate::blah::store::{self, JobRecord, Phase};
+use crate::blah::url_inputs::{self, UrlInputs};
 use crate::clock::unix_now;
 use crate::config::BlahConfig;
 
@@ -91,6 +92,7 @@ impl BlahProject {
             return;
         };
         let cfg = self.config.blah.clone();
+        let daemon = self.config.clone();
         let state_dir = self.config.state_dir.clone();
         // Every member has the app of the batch's gathering key.
         let app = members.iter().find_map(|(_, ad)| map::choose_app(ad.as_ref()?, &cfg).ok());
@@ -127,20 +129,32 @@ impl BlahProject {
                     return (BatchOutcome { refused, result: Err((all, SubmitFailure::Templates(reason, e))) }, None);
                 }
             };
-            // Off the actors' thread: a runner job's archive reads its inputs.
             let scratch = runner::scratch_dir(&state_dir, &b);
+            // The members' URL inputs, each fetched once for the batch.
+            let urls = url_inputs::urls_of(members.iter().filter_map(|(_, ad)| ad.as_ref()));
+            let urls = if urls.is_empty() {
+                UrlInputs::fetched(Default::default())
+            } else if !cfg.name_prefix.is_empty() {
+                // serve's host would fetch them, with its network access.
+                UrlInputs::refused("is a URL, and a client of boinc_gahp serve sends local files only: give local files")
+            } else {
+                UrlInputs::fetched(url_inputs::fetch_all(urls, &scratch.join("urls"), &daemon).await)
+            };
+            // Off the actors' thread: a runner job's archive reads its inputs.
             let templates2 = templates.clone();
             let (app2, b2, scratch2) = (app.clone(), b.clone(), scratch.clone());
-            let mapped = tokio::task::spawn_blocking(move || map_members(members, &b2, &app2, &templates, &cfg, &scratch2)).await;
+            let mapped = tokio::task::spawn_blocking(move || map_members(members, &b2, &app2, &templates, &cfg, &scratch2, &urls)).await;
             let (spec, included, mut more) = match mapped {
                 Ok(m) => m,
                 Err(e) => {
+                    runner::remove_scratch(&scratch);
                     withdraw();
                     return (BatchOutcome { refused, result: Err((all, SubmitFailure::Internal(e.to_string()))) }, None);
                 }
             };
             refused.append(&mut more);
             if included.is_empty() {
+                runner::remove_scratch(&scratch);
                 withdraw();
                 return (BatchOutcome { refused, result: Ok(vec![]) }, None);
             }
@@ -240,7 +254,8 @@ impl BlahProject {
 }
 
 /// Maps each member's ad onto the batch (a runner job's archive written
-/// into `scratch`): the batch, the members in it, and those refused.
+/// into `scratch`; its URL inputs are the files of `urls`): the batch, the
+/// members in it, and those refused.
 fn map_members(
     members: Vec<(String, Option<ClassAd>)>,
     batch: &str,
@@ -248,6 +263,7 @@ fn map_members(
     templates: &Templates,
     cfg: &BlahConfig,
     scratch: &Path,
+    urls: &UrlInputs,
 ) -> (SubmitBatch, Vec<String>, Vec<(String, SubmitFailure)>) {
     let mut spec = SubmitBatch { batch_name: batch.to_string(), app_name: app.to_string(), jobs: Vec::new(), params: Default::default() };
     let (mut included, mut refused) = (Vec::new(), Vec::new());
@@ -258,7 +274,7 @@ fn map_members(
             continue;
         };
         let mapped = map::choose_app(&ad, cfg).and_then(|(a, _)| {
-            let one = map::submit_batch(&ad, &name, &a, templates, cfg, Some(scratch))?;
+            let one = map::submit_batch_with_urls(&ad, &name, &a, templates, cfg, Some(scratch), urls)?;
             // Where its files will go can be told now (a runner's outputs
             // are only known once the job has run).
             if is_runner {
