@@ -9,6 +9,8 @@ see docs/sim.md) for deploy/htcondor-test/run. Standard library only.
                                        or its batch is aborted or retired without a result);
                                        1 if one is not, 3 if none matches
   simstate.py URL cmdline  ID MARKER   the command lines of the matching jobs
+  simstate.py URL bounds   ID MARKER   one line per matching job: app rsc_disk_bound
+                                       rsc_memory_bound (bytes, as integers)
   simstate.py URL count                number of BOINC jobs
   simstate.py URL stepper N EXTRA      the `stepper` app's state file after N steps
                                        from an empty state with input `extra` from
@@ -122,6 +124,10 @@ def main(argv):
     if cmd == "cmdline":
         for j, _ in found:
             print(j.get("command_line", ""))
+        return 0
+    if cmd == "bounds":
+        for j, _ in found:
+            print(j.get("app"), int(j.get("rsc_disk_bound") or 0), int(j.get("rsc_memory_bound") or 0))
         return 0
     if cmd == "aborted":
         if not found:
