@@ -4,6 +4,7 @@
 //!     cargo bench --bench memory_bench                 # 10k, 100k, 1M BOINC_* jobs; 10k, 100k BLAH jobs (paced and flood)
 //!     cargo bench --bench memory_bench -- --quick      # 10k and 100k BOINC_*, 10k BLAH (paced and flood)
 //!     cargo bench --bench memory_bench -- boinc        # only the BOINC_* front end (or `blah`, `parse`, `at_once`, `boinc_1m`, `blah_100k`, `blah_flood`)
+//!     cargo bench --bench memory_bench -- script       # 10,000 script jobs (the runner) against the same jobs of a registered app
 //!
 //! The simulated project has one host that never finishes a job
 //! (`[[hosts]] count = 1, flops = 1e-3`), so every job stays in flight.
@@ -467,8 +468,7 @@ fn blah_front_end(n: usize, pending: Option<usize>) {
     let Request::SelectProject { url, authenticator } = sim.select() else { unreachable!() };
     std::fs::write(dir.path().join("boinc.auth"), format!("{}\n", authenticator.expose())).unwrap();
     let config = dir.path().join("gahp.toml");
-    std::fs::write(&config, format!("[blah]\nproject_url = \"{url}\"\nauthenticator_file = \"boinc.auth\"\ndefault_app = \"uppercase\"\n"))
-        .unwrap();
+    std::fs::write(&config, format!("[blah]\nproject_url = \"{url}\"\nauthenticator_file = \"boinc.auth\"\n")).unwrap();
     let mut g = daemon(dir.path(), &sim, Some(&config));
     let pid = g.pid();
     let iwd = dir.path().join("iwd");
@@ -476,7 +476,11 @@ fn blah_front_end(n: usize, pending: Option<usize>) {
     std::fs::write(iwd.join("in"), "blah memory bench\n").unwrap();
     let t = Instant::now();
     let submits = send_paced(&mut g, n, pending, |i| BlahCommand::JobSubmit {
-        ad: blah_job_ad(&iwd, &format!("home_bl_mem_{i}.0"), &[("TransferInput", Value::Str("in".into()))]),
+        ad: blah_job_ad(
+            &iwd,
+            &format!("home_bl_mem_{i}.0"),
+            &[("TransferInput", Value::Str("in".into())), ("BoincApp", Value::Str("uppercase".into()))],
+        ),
     });
     let ids: Vec<String> = submits
         .into_iter()
@@ -511,6 +515,66 @@ fn blah_front_end(n: usize, pending: Option<usize>) {
         total as f64 / n as f64
     );
     println!("rss_point {} {n} {peak:.1}", if pending.is_some() { "blah" } else { "blah_flood" });
+}
+
+/// `n` `batch boinc` jobs of one shell script through the runner app
+/// (docs/runner.md), each with its own input file and an environment, or
+/// the same jobs for the registered app `uppercase` (`runner` false),
+/// sent as a gridmanager sends them, until every job is on the project:
+/// the time, the RPCs, the bytes uploaded and the daemon's peak RSS.
+fn script_batch(n: usize, runner: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = sim(dir.path());
+    let Request::SelectProject { url, authenticator } = sim.select() else { unreachable!() };
+    std::fs::write(dir.path().join("boinc.auth"), format!("{}\n", authenticator.expose())).unwrap();
+    let config = dir.path().join("gahp.toml");
+    std::fs::write(&config, format!("[blah]\nproject_url = \"{url}\"\nauthenticator_file = \"boinc.auth\"\nrunner_app = \"runner\"\n"))
+        .unwrap();
+    let mut g = daemon(dir.path(), &sim, Some(&config));
+    let pid = g.pid();
+    let iwd = dir.path().join("iwd");
+    std::fs::create_dir_all(&iwd).unwrap();
+    std::fs::write(iwd.join("job.sh"), "#!/bin/sh\n# a job script of typical length\nset -e\ntr a-z A-Z < in > out\necho \"done $MODE\"\n")
+        .unwrap();
+    for i in 0..n {
+        std::fs::write(iwd.join(format!("in.{i}")), format!("the input of job {i}\n")).unwrap();
+    }
+    let t = Instant::now();
+    let submits = send_paced(&mut g, n, Some(GRIDMANAGER_PENDING), |i| {
+        let input = ("TransferInput", Value::Str(format!("in.{i}")));
+        let job_dir = format!("home_bl_script_{i}.0");
+        let ad = if runner {
+            blah_job_ad(&iwd, &job_dir, &[input, ("Environment", Value::Str("MODE=fast".into()))])
+        } else {
+            blah_job_ad(&iwd, &job_dir, &[input, ("BoincApp", Value::Str("uppercase".into()))])
+        };
+        BlahCommand::JobSubmit { ad }
+    });
+    assert!(submits.iter().all(|r| r[0] == "0"), "{:?}", submits.iter().find(|r| r[0] != "0"));
+    let until = Instant::now() + Duration::from_secs(900);
+    let state = loop {
+        let state = sim.state();
+        if state["jobs"].as_array().map_or(0, |j| j.len()) >= n {
+            break state;
+        }
+        assert!(Instant::now() < until, "not every job reached the project");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let elapsed = t.elapsed();
+    let (_, peak) = rss(pid);
+    let counts = state["rpc_counts"].as_object().unwrap();
+    let total: u64 = counts.values().map(|v| v.as_u64().unwrap_or(0)).sum();
+    let files = state["files"].as_array().unwrap();
+    let bytes: i64 = files.iter().map(|f| f["size"].as_i64().unwrap_or(0)).sum();
+    println!(
+        "{n} {} jobs on the project in {:.1} s: {total} RPCs ({:.4} per job) {counts:?}; {} files uploaded, {bytes} bytes \
+         ({:.0} per job); daemon peak RSS {peak:.1} MB",
+        if runner { "script (runner)" } else { "registered-app (uppercase)" },
+        elapsed.as_secs_f64(),
+        total as f64 / n as f64,
+        files.len(),
+        bytes as f64 / n as f64,
+    );
 }
 
 fn main() {
@@ -553,5 +617,10 @@ fn main() {
         if run(&format!("blah_flood_{}", label(n))) {
             blah_front_end(n, None);
         }
+    }
+    // Script jobs against the same jobs for a registered app.
+    if run("script_10k") {
+        script_batch(10_000, false);
+        script_batch(10_000, true);
     }
 }
