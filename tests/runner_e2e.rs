@@ -212,3 +212,22 @@ fn requests_a_runner_does_not_provide_are_held_and_a_configured_app_takes_them()
     let r = blah(&mut g, BlahCommand::Ping { batch_type: "boinc".into() });
     assert_eq!(r, ["0", "No error"], "the daemon goes on");
 }
+
+#[test]
+fn a_container_job_runs_only_at_a_container_runner() {
+    // No container runner: held, naming the image; the plain runner never
+    // runs it outside its container.
+    let w = World::new("runner_app = \"runner\"\n");
+    let mut g = w.start();
+    let iwd = w.job_dir("c1", "#!/bin/sh\necho in-container\n");
+    let image = ("ContainerImage", str_value("docker://python:3.12"));
+    let id = submit(&mut g, script_job(&iwd, &[image.clone()]));
+    let reason = final_ad(&mut g, &id, "5").get_str("HoldReason").unwrap().to_string();
+    assert!(reason.contains("container image docker://python:3.12") && reason.contains("container_runner_app"), "{reason}");
+    let mut named = script_job(&iwd, &[image, ("BoincApp", str_value("runner"))]);
+    named.insert("JobDirectory", str_value("home_bl_c2"));
+    let id = submit(&mut g, named);
+    let reason = final_ad(&mut g, &id, "5").get_str("HoldReason").unwrap().to_string();
+    assert!(reason.contains("app runner can't run the job in its container image"), "{reason}");
+    assert!(w.sim.state()["jobs"].as_array().unwrap().is_empty(), "nothing made on the project");
+}
