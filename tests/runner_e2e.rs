@@ -5,66 +5,25 @@
 
 mod common;
 use common::blah::{blah, str_value, submit, wait_final};
+use common::script::ScriptWorld;
 use common::*;
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::BlahCommand;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-/// The simulated project, a directory, and a daemon config for it with
-/// `extra` in its `[blah]` section.
-struct World {
-    sim: Sim,
-    dir: tempfile::TempDir,
-    config: PathBuf,
+/// A world whose daemon config adds `extra` to a short batch window.
+fn world(extra: &str) -> ScriptWorld {
+    ScriptWorld::new(&format!("batch_window_secs = 0.5\n{extra}"))
 }
 
-impl World {
-    fn new(extra: &str) -> World {
-        let sim = Sim::start();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("boinc.auth"), format!("{}\n", sim.auth)).unwrap();
-        let config = dir.path().join("config.toml");
-        let text = format!(
-            "[blah]\nproject_url = \"{}\"\nauthenticator_file = \"boinc.auth\"\nstatus_refresh_secs = 0.3\nbatch_window_secs = 0.5\n{extra}",
-            sim.url
-        );
-        std::fs::write(&config, text).unwrap();
-        World { sim, dir, config }
-    }
-
-    fn start(&self) -> GahpClient {
-        let mut g = gahp_with(self.dir.path(), &["--config", self.config.to_str().unwrap()], &[]);
-        assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
-        g
-    }
-
-    /// A job directory with `analyze.sh` (executable) and `in`.
-    fn job_dir(&self, name: &str, script: &str) -> PathBuf {
-        let iwd = self.dir.path().join(name);
-        std::fs::create_dir_all(&iwd).unwrap();
-        let exe = iwd.join("analyze.sh");
-        std::fs::write(&exe, script).unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::write(iwd.join("in"), format!("input of {name}\n")).unwrap();
-        iwd
-    }
-
-    /// How many files the project holds (each uploaded once).
-    fn project_files(&self) -> usize {
-        self.sim.state()["files"].as_array().unwrap().len()
-    }
+/// A job directory with `analyze.sh` and `in`.
+fn job_dir(w: &ScriptWorld, name: &str, script: &str) -> PathBuf {
+    w.job_dir(name, "analyze.sh", script, "input of")
 }
 
-/// A job's submit ad as the gridmanager writes it for `executable =
-/// analyze.sh` (sent, as by default) in `iwd`, then `attrs`.
+/// `executable = analyze.sh` in `iwd`, then `attrs`.
 fn script_job(iwd: &Path, attrs: &[(&str, Value)]) -> ClassAd {
-    let mut ad = gahp_testkit::blah_job_ad(iwd, &format!("home_bl_{}", iwd.file_name().unwrap().to_string_lossy()), &[]);
-    ad.insert("Cmd", str_value(&iwd.join("analyze.sh").display().to_string()));
-    for (name, value) in attrs {
-        ad.insert(*name, value.clone());
-    }
-    ad
+    common::script::script_job(iwd, "analyze.sh", attrs)
 }
 
 /// The final status ad of a job (asserting its status).
@@ -85,9 +44,9 @@ exit 3\n";
 
 #[test]
 fn a_script_job_runs_its_script_with_its_arguments_environment_and_inputs_and_ends_with_its_exit_code() {
-    let w = World::new("runner_app = \"runner\"\n");
+    let w = world("runner_app = \"runner\"\n");
     let mut g = w.start();
-    let iwd = w.job_dir("j1", SCRIPT);
+    let iwd = job_dir(&w, "j1", SCRIPT);
     std::fs::write(iwd.join("stdin.txt"), "from stdin\n").unwrap();
     let ad = script_job(
         &iwd,
@@ -125,12 +84,12 @@ fn a_script_job_runs_its_script_with_its_arguments_environment_and_inputs_and_en
 
 #[test]
 fn without_transfer_output_files_every_file_the_script_made_comes_back_and_jobs_of_one_script_send_it_once() {
-    let w = World::new("runner_app = \"runner\"\n");
+    let w = world("runner_app = \"runner\"\n");
     let mut g = w.start();
     // A directory the script makes does not come back (BOINC's wrapper
     // returns files: docs/runner.md), a file does.
     let script = "#!/bin/sh\nmkdir -p res\ncp in res/copy\ncp in copy.txt\necho made > made.txt\necho \"$1\"\n";
-    let dirs: Vec<PathBuf> = (0..2).map(|i| w.job_dir(&format!("k{i}"), script)).collect();
+    let dirs: Vec<PathBuf> = (0..2).map(|i| job_dir(&w, &format!("k{i}"), script)).collect();
     // One script, written twice: the same content is one upload.
     let ids: Vec<String> = dirs
         .iter()
@@ -157,9 +116,9 @@ fn without_transfer_output_files_every_file_the_script_made_comes_back_and_jobs_
 #[test]
 fn a_job_whose_executable_cant_run_is_held_saying_why_never_run_as_another_app() {
     // The issue's job: default_app set, no runner, a sent script.
-    let w = World::new("default_app = \"uppercase\"\n");
+    let w = world("default_app = \"uppercase\"\n");
     let mut g = w.start();
-    let iwd = w.job_dir("h1", "#!/bin/sh\nexit 0\n");
+    let iwd = job_dir(&w, "h1", "#!/bin/sh\nexit 0\n");
     let ad = script_job(&iwd, &[("TransferInput", str_value("in")), ("Environment", str_value("FOO=bar"))]);
     let id = submit(&mut g, ad);
     let held = final_ad(&mut g, &id, "5");
@@ -189,9 +148,9 @@ fn a_job_whose_executable_cant_run_is_held_saying_why_never_run_as_another_app()
 
 #[test]
 fn requests_a_runner_does_not_provide_are_held_and_a_configured_app_takes_them() {
-    let w = World::new("runner_app = \"runner\"\n[blah.apps.runner]\ncpus = 4\n");
+    let w = world("runner_app = \"runner\"\n[blah.apps.runner]\ncpus = 4\n");
     let mut g = w.start();
-    let iwd = w.job_dir("r1", "#!/bin/sh\necho ok\n");
+    let iwd = job_dir(&w, "r1", "#!/bin/sh\necho ok\n");
     let cases = [
         ("home_bl_r8", vec![("RequestCpus", Value::Int(8))], Some("asks for 8 cpus, and app runner provides 4")),
         ("home_bl_rg", vec![("GPUNumber", Value::Int(1))], Some("asks for 1 gpus, and app runner provides 0")),
@@ -217,11 +176,11 @@ fn requests_a_runner_does_not_provide_are_held_and_a_configured_app_takes_them()
 fn a_container_job_runs_only_at_a_container_runner() {
     // No container runner: held, naming the image; the plain runner never
     // runs it outside its container.
-    let w = World::new("runner_app = \"runner\"\n");
+    let w = world("runner_app = \"runner\"\n");
     let mut g = w.start();
-    let iwd = w.job_dir("c1", "#!/bin/sh\necho in-container\n");
+    let iwd = job_dir(&w, "c1", "#!/bin/sh\necho in-container\n");
     let image = ("ContainerImage", str_value("docker://python:3.12"));
-    let id = submit(&mut g, script_job(&iwd, &[image.clone()]));
+    let id = submit(&mut g, script_job(&iwd, std::slice::from_ref(&image)));
     let reason = final_ad(&mut g, &id, "5").get_str("HoldReason").unwrap().to_string();
     assert!(reason.contains("container image docker://python:3.12") && reason.contains("container_runner_app"), "{reason}");
     let mut named = script_job(&iwd, &[image, ("BoincApp", str_value("runner"))]);

@@ -6,71 +6,28 @@
 
 mod common;
 use common::blah::{str_value, submit, wait_final};
+use common::script::ScriptWorld;
 use common::*;
 use gahp_protocol::classad::ClassAd;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// The simulated project, a directory, and a daemon config for it with
-/// `extra` in its `[blah]` section.
-struct World {
-    _sim: Sim,
-    dir: tempfile::TempDir,
-    config: PathBuf,
+/// A world whose daemon config has the runner and `extra`.
+fn world(extra: &str) -> ScriptWorld {
+    ScriptWorld::new(&format!("batch_window_secs = 1.5\nrunner_app = \"runner\"\n{extra}"))
 }
 
-impl World {
-    fn new(extra: &str) -> World {
-        let sim = Sim::start();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("boinc.auth"), format!("{}\n", sim.auth)).unwrap();
-        let config = dir.path().join("config.toml");
-        let text = format!(
-            "[blah]\nproject_url = \"{}\"\nauthenticator_file = \"boinc.auth\"\nstatus_refresh_secs = 0.3\nbatch_window_secs = 1.5\n\
-             runner_app = \"runner\"\n{extra}",
-            sim.url
-        );
-        std::fs::write(&config, text).unwrap();
-        World { _sim: sim, dir, config }
-    }
-
-    fn start(&self) -> GahpClient {
-        let mut g = gahp_with(self.dir.path(), &["--config", self.config.to_str().unwrap()], &[]);
-        assert_eq!(g.command_line(b"ASYNC_MODE_ON").unwrap(), ["S"]);
-        g
-    }
-
-    /// A job directory with `run.sh` (executable) and `in`.
-    fn job_dir(&self, name: &str, script: &str) -> PathBuf {
-        let iwd = self.dir.path().join(name);
-        std::fs::create_dir_all(&iwd).unwrap();
-        let exe = iwd.join("run.sh");
-        std::fs::write(&exe, script).unwrap();
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::write(iwd.join("in"), format!("local in of {name}\n")).unwrap();
-        iwd
-    }
-
-    /// An executable script beside the config file.
-    fn script(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
-    }
+/// A job directory with `run.sh` and `in`.
+fn job_dir(w: &ScriptWorld, name: &str, script: &str) -> PathBuf {
+    w.job_dir(name, "run.sh", script, "local in of")
 }
 
 /// A script job (`executable = run.sh`, sent) in `iwd` with `inputs`.
 fn script_job(iwd: &Path, inputs: &str) -> ClassAd {
-    let name = iwd.file_name().unwrap().to_string_lossy().into_owned();
-    let mut ad = gahp_testkit::blah_job_ad(iwd, &format!("home_bl_{name}"), &[]);
-    ad.insert("Cmd", str_value(&iwd.join("run.sh").display().to_string()));
-    ad.insert("TransferInput", str_value(inputs));
-    ad
+    common::script::script_job(iwd, "run.sh", &[("TransferInput", str_value(inputs))])
 }
 
 /// A job of the project's `uppercase` app (its input named `in`).
@@ -175,13 +132,13 @@ const SHOW: &str = "#!/bin/sh\ncat data.txt in > got.txt\n";
 fn http_inputs_are_fetched_once_per_batch_bounded_and_a_failure_holds_only_its_job() {
     let web = Web::start();
     // No plugins: HTCondor's are not asked for.
-    let w = World::new("url_input_max_bytes = 4096\ntransfer_plugins = []\n");
+    let w = world("url_input_max_bytes = 4096\ntransfer_plugins = []\n");
     let mut g = w.start();
     // Two script jobs of one batch name one URL (after a redirect), an app's
     // job binds one by name, and five jobs can't have theirs.
     let moved = web.url("/moved/data.txt");
-    let (j1, j2) = (w.job_dir("j1", SHOW), w.job_dir("j2", SHOW));
-    let up = w.job_dir("up", "");
+    let (j1, j2) = (job_dir(&w, "j1", SHOW), job_dir(&w, "j2", SHOW));
+    let up = job_dir(&w, "up", "");
     let cases: Vec<(&str, String)> = vec![
         ("missing", web.url("/missing/x.txt")),
         ("toldbig", web.url("/told-big")),
@@ -191,8 +148,10 @@ fn http_inputs_are_fetched_once_per_batch_bounded_and_a_failure_holds_only_its_j
     ];
     let id1 = submit(&mut g, script_job(&j1, &format!("in, {moved}")));
     let id2 = submit(&mut g, script_job(&j2, &format!("{moved},in")));
-    let held: Vec<(String, String)> =
-        cases.iter().map(|(name, url)| (submit(&mut g, script_job(&w.job_dir(name, SHOW), &format!("in, {url}"))), url.clone())).collect();
+    let held: Vec<(String, String)> = cases
+        .iter()
+        .map(|(name, url)| (submit(&mut g, script_job(&job_dir(&w, name, SHOW), &format!("in, {url}"))), url.clone()))
+        .collect();
     let id_up = submit(&mut g, uppercase_job(&up, &web.url("/in")));
 
     for (iwd, id) in [(&j1, &id1), (&j2, &id2)] {
@@ -225,7 +184,7 @@ fn http_inputs_are_fetched_once_per_batch_bounded_and_a_failure_holds_only_its_j
 
 #[test]
 fn other_schemes_go_through_htcondor_file_transfer_plugins() {
-    let w = World::new("");
+    let w = world("");
     let store = w.dir.path().join("store");
     std::fs::create_dir_all(&store).unwrap();
     std::fs::write(store.join("data.txt"), "fetched by a plugin\n").unwrap();
@@ -280,11 +239,11 @@ fn other_schemes_go_through_htcondor_file_transfer_plugins() {
     .unwrap();
     let mut g = w.start();
 
-    let (j1, up) = (w.job_dir("p1", SHOW), w.job_dir("pup", ""));
+    let (j1, up) = (job_dir(&w, "p1", SHOW), job_dir(&w, "pup", ""));
     let id1 = submit(&mut g, script_job(&j1, "in, osdf:///ospool/ap40/data.txt"));
     let id_up = submit(&mut g, uppercase_job(&up, "stash:///osgconnect/public/in"));
-    let id_refused = submit(&mut g, script_job(&w.job_dir("p2", SHOW), "in, pelican://fed.example/ns/data.txt"));
-    let id_slow = submit(&mut g, script_job(&w.job_dir("p3", SHOW), "in, slow://x/data.txt"));
+    let id_refused = submit(&mut g, script_job(&job_dir(&w, "p2", SHOW), "in, pelican://fed.example/ns/data.txt"));
+    let id_slow = submit(&mut g, script_job(&job_dir(&w, "p3", SHOW), "in, slow://x/data.txt"));
 
     assert_eq!(final_ad(&mut g, &id1, "4").get_int("ExitCode"), Some(0));
     assert_eq!(std::fs::read_to_string(j1.join("got.txt")).unwrap(), "fetched by a plugin\nlocal in of p1\n");

@@ -14,6 +14,7 @@ pub use gahp_testkit::GahpClient;
 
 pub mod blah;
 pub mod ledger;
+pub mod script;
 pub mod serve;
 
 pub const WAIT: Duration = Duration::from_secs(60);
