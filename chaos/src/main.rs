@@ -1,4 +1,4 @@
-//! gahp-chaos: see the library (`cli.rs`) and the README's "Chaos testing".
+//! gahp-chaos: see the library (`cli.rs`) and docs/chaos.md.
 
 #![forbid(unsafe_code)]
 
