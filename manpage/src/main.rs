@@ -55,9 +55,9 @@ fn render_tool(cmd: clap::Command, w: &mut dyn Write) -> io::Result<()> {
         "SEE ALSO",
         vec![vec![
             bold("boinc_gahp"),
-            roman("(1); the README in "),
-            italic("/usr/share/doc/boinc-gahp/"),
-            roman(" (its sections on the simulated project and on chaos testing)."),
+            roman("(1); the user guide, "),
+            italic("docs/"),
+            roman(" in the source (its pages simulated-project.md, sim.md and chaos.md)."),
         ]],
     );
     roff.to_writer(w)?;
