@@ -17,7 +17,10 @@
 //! `out`) and the `stepper` app of the test server (input and output
 //! `state`; it writes each argv word to stderr as `argv[i]=<word>`; `--sleep
 //! S` makes a step take S seconds), and the runner app `runner` of
-//! `deploy/boinc-runner` (docs/runner.md). `BOINC_REAL_CLIENT_RPC` and
+//! `deploy/boinc-runner` (docs/runner.md), and its container runner
+//! `container_runner` (`register --container`) with podman and the image
+//! of `deploy/boinc-runner/test-image` (or `BOINC_REAL_CONTAINER_IMAGE`,
+//! which must be like it) on the client's host. `BOINC_REAL_CLIENT_RPC` and
 //! `BOINC_REAL_CLIENT_PASSWD` name the GUI RPC of a client attached to the
 //! project: the tests nudge it while they wait, and the work-sequence test
 //! suspends it to make a step miss its deadline (it fails without them).
@@ -751,5 +754,71 @@ fn script_jobs_run_in_the_runner_app() {
         let m = std::fs::metadata(&p).unwrap();
         assert_eq!((m.ino(), m.mtime_nsec(), m.mtime()), (ino, nsec, sec), "{name} was uploaded again for the second job");
     }
+    assert!(!log_text(dir.path()).contains(&real.auth), "the authenticator never reaches the log");
+}
+
+/// The image a container job of the real-server stage names, built by
+/// `deploy/boinc-runner/test-image` on the client's host (its
+/// `/etc/os-release` says `ID=boinc-gahp-test`).
+fn test_image() -> String {
+    std::env::var("BOINC_REAL_CONTAINER_IMAGE").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "localhost/boinc-gahp-test:1".into())
+}
+
+/// A `batch boinc` job with `container_image`, naming no app, runs in the
+/// project's container runner (`deploy/boinc-runner/register --container`:
+/// BOINC's wrapper and `condor_runner.sh`, which runs the job's program
+/// with podman inside the image) on the real client: its script reads the
+/// image's `/etc/os-release` and not the host's, sees its argument and
+/// environment and the job's input in its working directory, writes an
+/// output that comes back, and its exit code 5 is the job's `ExitCode`.
+#[test]
+#[ignore = "needs a real BOINC server: deploy/real-boinc-test/run"]
+fn a_container_job_runs_in_its_image() {
+    let real = real();
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 1\n\
+         container_runner_app = \"container_runner\"\n[blah.apps.container_runner]\ncontainer = true\n",
+        real.url,
+        real.auth_file.display()
+    );
+    let mut g = daemon(&real, dir.path(), &config);
+    let iwd = dir.path().join("boxed");
+    std::fs::create_dir_all(&iwd).unwrap();
+    // The host (Debian) has /etc/debian_version; the image has no such file.
+    let script = format!(
+        "#!/bin/sh\n# container test {}\ncat /etc/os-release\nif [ -e /etc/debian_version ]; then echo \"host's file\"; fi\n\
+         echo \"pwd=<$(pwd)> arg=<$1> GREETING=<$GREETING>\"\ncat data.txt\ngrep '^ID=' /etc/os-release >made.txt\nexit 5\n",
+        real.tag
+    );
+    std::fs::write(iwd.join("job.sh"), script).unwrap();
+    std::fs::write(iwd.join("data.txt"), "input of boxed\n").unwrap();
+    let image = test_image();
+    let ad = job_ad(
+        &iwd,
+        &format!("rbci_boxed_{}", real.tag),
+        &[
+            ("ContainerImage", Value::Str(image.clone())),
+            ("Arguments", Value::Str(format_args_v2(&["two words"]))),
+            ("Environment", Value::Str("GREETING='hello box'".into())),
+            ("TransferInput", Value::Str("data.txt".into())),
+            ("TransferOutput", Value::Str("made.txt".into())),
+            ("Out", Value::Str("job.out".into())),
+            ("Err", Value::Str("job.err".into())),
+        ],
+    );
+    let t0 = Instant::now();
+    let r = blah(&mut g, BlahCommand::JobSubmit { ad });
+    assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+    let (st, ad) = wait_blah_final(&real, &mut g, &r[2]);
+    eprintln!("container job in {image}: completed after {:.0?}", t0.elapsed());
+    assert_eq!(st, 4, "completed: {ad}");
+    let out = std::fs::read_to_string(iwd.join("job.out")).unwrap();
+    assert_eq!(ad.get_int("ExitCode"), Some(5), "the script's exit code: {ad}; its stdout: {out}");
+    assert!(out.starts_with("ID=boinc-gahp-test\n"), "the image's /etc/os-release: {out}");
+    assert!(!out.contains("host's file"), "ran outside the image: {out}");
+    assert!(out.contains("pwd=</srv> arg=<two words> GREETING=<hello box>\ninput of boxed\n"), "{out}");
+    assert_eq!(std::fs::read_to_string(iwd.join("made.txt")).unwrap(), "ID=boinc-gahp-test\n", "its output");
+    assert_eq!(std::fs::read_to_string(iwd.join("job.err")).unwrap(), "", "its stderr");
     assert!(!log_text(dir.path()).contains(&real.auth), "the authenticator never reaches the log");
 }
