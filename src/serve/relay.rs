@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
 
-use super::connect::{Dialer, Stream};
+use super::dial::{Dialer, Stream};
 use super::files::{self, blah_job_dir, content_path, hex, job_outputs, sequence_outputs};
 
 /// In a BLAH job's directory: where it says its files go locally.
