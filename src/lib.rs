@@ -12,7 +12,7 @@
 //!                                    subcommand's arguments live with their
 //!                                    command) and the daemon's run on stdio
 //! commands          check/           `boinc_gahp check`
-//!                   serve/           `serve`, `connect` (dial, relay), `token`
+//!                   serve/           `serve`, `connect` (dial, relay/), `token`
 //!                   demo             `boinc_gahp demo` (the `sim` feature)
 //!                   remote_layout    `boinc_gahp remote-layout`
 //! settings          settings         the flags before the subcommand, the
