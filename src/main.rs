@@ -17,10 +17,10 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     match &cli.command {
-        Some(boinc_gahp::cli::Command::Check(args)) => boinc_gahp::check::run(&cli, args),
+        Some(boinc_gahp::cli::Command::Check(args)) => boinc_gahp::check::run(&cli.flags, args),
         Some(boinc_gahp::cli::Command::RemoteLayout(args)) => boinc_gahp::remote_layout::run(args),
         Some(boinc_gahp::cli::Command::Token(args)) => boinc_gahp::serve::token(args),
-        Some(boinc_gahp::cli::Command::Serve(args)) => boinc_gahp::serve::serve(&cli, args),
+        Some(boinc_gahp::cli::Command::Serve(args)) => boinc_gahp::serve::serve(&cli.flags, args),
         Some(boinc_gahp::cli::Command::Connect(args)) => boinc_gahp::serve::connect::run(args),
         // The demo reads no user config: a broken one must not break it.
         #[cfg(feature = "sim")]
@@ -31,7 +31,7 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        None => match boinc_gahp::cli::settings(&cli).map_err(|e| {
+        None => match boinc_gahp::settings::settings(&cli.flags).map_err(|e| {
             eprintln!("boinc_gahp: {e}");
             ExitCode::from(2)
         }) {

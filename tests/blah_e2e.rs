@@ -676,7 +676,7 @@ fn the_example_config_file_is_valid() {
     use clap::Parser;
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/boinc-gahp.config.toml.example");
     let cli = boinc_gahp::cli::Cli::parse_from(["boinc_gahp", "--config", example]);
-    let blah = boinc_gahp::cli::settings(&cli).unwrap().daemon.blah;
+    let blah = boinc_gahp::settings::settings(&cli.flags).unwrap().daemon.blah;
     assert_eq!(blah.project_url.as_deref(), Some("https://boinc.example.org/myproject/"));
     let home = std::path::PathBuf::from(std::env::var_os("HOME").unwrap());
     assert_eq!(blah.authenticator_file, Some(home.join(".boinc/myproject.auth")));

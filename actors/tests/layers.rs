@@ -1,22 +1,36 @@
-//! The layering of `actors/src` as drawn in its `lib.rs` and in
-//! `docs/design.md`, checked over the source: a module names only modules
-//! of its own layer or of a lower one, and no two files of `actors/src` or
-//! of `protocol/src` name each other, directly or around a circle.
+//! The layering of `actors/src` as drawn in its `lib.rs`, and of the root
+//! crate's `src/` as drawn in its `lib.rs`, both in `docs/design.md`,
+//! checked over the source: a module names only modules of its own layer
+//! or of a lower one, and no two files of `actors/src`, of `protocol/src`
+//! or of `src/` name each other, directly or around a circle.
 //!
 //! Every `crate::…` and `super::…` path counts, in `use` lines and inline,
 //! tests included. A folder's `mod.rs` may name its own files (it declares
-//! and re-exports them); its files naming it back is not a circle.
+//! and re-exports them); its files naming it back is not a circle. The
+//! root crate's binaries (`main.rs`, `bin/`) name its library as
+//! `boinc_gahp::…`, which is not followed: they are the top layer, and
+//! nothing names them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Top to bottom. A module belongs to the layer of the first entry that
-/// is it or one of its ancestors.
-const LAYERS: &[(&str, &[&str])] = &[
+/// A crate's layers, top to bottom: each a name and its top-level modules.
+/// A module belongs to the layer of the first entry that is it or one of
+/// its ancestors.
+type Layers = &'static [(&'static str, &'static [&'static str])];
+
+const ACTORS: Layers = &[
     ("front ends", &["session", "runtime", "tenancy", "blah"]),
     ("multi-project", &["broker"]),
     ("one project", &["projects", "project", "sequences"]),
     ("shared services", &["state_db", "file_stager", "result_queue", "config", "clock", "atomic_file"]),
+];
+
+/// The root crate's `src/`, over the workspace's crates. `""` is `lib.rs`.
+const ROOT: Layers = &[
+    ("binaries' wiring", &["", "main", "cli", "bin"]),
+    ("commands", &["check", "serve", "demo", "remote_layout"]),
+    ("settings", &["settings"]),
 ];
 
 /// Module path (`blah::project`) -> file, for every `.rs` under `src`.
@@ -35,7 +49,7 @@ fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
             }
             let rel = path.strip_prefix(src).unwrap().with_extension("");
             let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
-            if parts.last().is_some_and(|p| p == "mod" || p == "lib" || p == "main") {
+            if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
                 parts.pop();
             }
             out.insert(parts.join("::"), path);
@@ -131,9 +145,32 @@ fn edges(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
     out
 }
 
-fn layer(module: &str) -> Option<usize> {
+fn layer(layers: Layers, module: &str) -> Option<usize> {
     let top = module.split("::").next().unwrap_or("");
-    LAYERS.iter().position(|(_, mods)| mods.contains(&top))
+    layers.iter().position(|(_, mods)| mods.contains(&top))
+}
+
+/// The modules of `src` in no layer of `layers` (`lib.rs` aside where
+/// the table leaves it out).
+fn unlayered(src: &Path, layers: Layers) -> Vec<String> {
+    let lib_listed = layers.iter().any(|(_, mods)| mods.contains(&""));
+    edges(src).into_keys().filter(|m| (lib_listed || !m.is_empty()) && layer(layers, m).is_none()).collect()
+}
+
+/// Each place a module of `src` names one of a higher layer.
+fn upward(src: &Path, layers: Layers) -> Vec<String> {
+    let mut found = Vec::new();
+    for (from, tos) in edges(src) {
+        let Some(lf) = layer(layers, &from) else { continue };
+        for to in tos {
+            if let Some(lt) = layer(layers, &to) {
+                if lt < lf {
+                    found.push(format!("{from} ({}) -> {to} ({})", layers[lf].0, layers[lt].0));
+                }
+            }
+        }
+    }
+    found
 }
 
 /// The circles of the graph: each set of two or more files that reach
@@ -192,26 +229,21 @@ fn crate_src(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name).join("src")
 }
 
+/// The root crate's `src/` (the binaries, check, serve, demo).
+fn root_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../src")
+}
+
 #[test]
 fn every_module_of_actors_has_a_layer() {
-    let missing: Vec<String> = edges(&crate_src("actors")).into_keys().filter(|m| !m.is_empty() && layer(m).is_none()).collect();
-    assert!(missing.is_empty(), "modules in no layer (add them to LAYERS here, lib.rs and docs/design.md): {missing:?}");
+    let missing = unlayered(&crate_src("actors"), ACTORS);
+    assert!(missing.is_empty(), "modules in no layer (add them to ACTORS here, actors/src/lib.rs and docs/design.md): {missing:?}");
 }
 
 #[test]
 fn actors_depend_downward_only() {
-    let mut upward = Vec::new();
-    for (from, tos) in edges(&crate_src("actors")) {
-        let Some(lf) = layer(&from) else { continue };
-        for to in tos {
-            if let Some(lt) = layer(&to) {
-                if lt < lf {
-                    upward.push(format!("{from} ({}) -> {to} ({})", LAYERS[lf].0, LAYERS[lt].0));
-                }
-            }
-        }
-    }
-    assert!(upward.is_empty(), "a lower layer names a higher one:\n{}", upward.join("\n"));
+    let up = upward(&crate_src("actors"), ACTORS);
+    assert!(up.is_empty(), "a lower layer names a higher one:\n{}", up.join("\n"));
 }
 
 #[test]
@@ -224,6 +256,24 @@ fn no_circle_among_the_files_of_actors() {
 fn no_circle_among_the_files_of_protocol() {
     let c = circles(&edges(&crate_src("protocol")));
     assert!(c.is_empty(), "files of protocol/src that name each other, around a circle: {c:?}");
+}
+
+#[test]
+fn every_module_of_the_root_crate_has_a_layer() {
+    let missing = unlayered(&root_src(), ROOT);
+    assert!(missing.is_empty(), "modules in no layer (add them to ROOT here, src/lib.rs and docs/design.md): {missing:?}");
+}
+
+#[test]
+fn the_root_crate_depends_downward_only() {
+    let up = upward(&root_src(), ROOT);
+    assert!(up.is_empty(), "a lower layer of src/ names a higher one:\n{}", up.join("\n"));
+}
+
+#[test]
+fn no_circle_among_the_files_of_the_root_crate() {
+    let c = circles(&edges(&root_src()));
+    assert!(c.is_empty(), "files of src/ that name each other, around a circle: {c:?}");
 }
 
 #[test]

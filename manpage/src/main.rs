@@ -1,7 +1,7 @@
 //! Writes the man pages `boinc_gahp.1`, `boinc-sim.1` and `gahp-chaos.1`
 //! into the directory given as the only argument. The synopsis and options
-//! come from each program's clap definition (`src/cli.rs`, `sim/src/cli.rs`,
-//! `chaos/src/cli.rs`), so a page cannot drift from its binary; the
+//! come from each program's clap definition (`src/cli.rs` with
+//! `src/settings.rs`, `sim/src/cli.rs`, `chaos/src/cli.rs`), so a page cannot drift from its binary; the
 //! sections clap does not model (how HTCondor runs the daemon, its
 //! environment and files) are added here.
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use gahp_actors::DaemonConfig;
 
-use crate::cli::{config_path, Cli};
+use crate::settings::{config_path, GlobalFlags};
 pub use report::{Level, Report};
 
 #[derive(clap::Args, Debug)]
@@ -53,9 +53,9 @@ pub struct CheckArgs {
 
 /// Runs the check and prints its report; exit 0 if nothing failed, 1 if
 /// something did.
-pub fn run(cli: &Cli, args: &CheckArgs) -> ExitCode {
+pub fn run(flags: &GlobalFlags, args: &CheckArgs) -> ExitCode {
     let mut report = Report::default();
-    let config = load_config(cli, &mut report);
+    let config = load_config(flags, &mut report);
     state::check(&config.state_dir, &mut report);
     let timeout = if args.timeout.is_finite() && args.timeout > 0.0 && args.timeout < 1e9 {
         Duration::from_secs_f64(args.timeout)
@@ -98,22 +98,22 @@ pub fn run(cli: &Cli, args: &CheckArgs) -> ExitCode {
 /// The config as the daemon reads it, its errors reported with their
 /// line; a broken file leaves the defaults (and the flags) in force so the
 /// rest can still be checked.
-fn load_config(cli: &Cli, report: &mut Report) -> DaemonConfig {
-    let path = config_path(cli);
+fn load_config(flags: &GlobalFlags, report: &mut Report) -> DaemonConfig {
+    let path = config_path(flags);
     if let Some(p) = &path {
         let text = match std::fs::read_to_string(p) {
             Ok(t) => t,
             Err(e) => {
                 report.add(Level::Fail, "config", format!("can't read {}: {e}", p.display()));
-                return fallback(cli);
+                return fallback(flags);
             }
         };
         if let Err(e) = DaemonConfig::from_toml(&text) {
             report.add(Level::Fail, "config", format!("{}: {}", p.display(), with_line(&text, &e)));
-            return fallback(cli);
+            return fallback(flags);
         }
     }
-    match crate::cli::settings(cli) {
+    match crate::settings::settings(flags) {
         Ok(s) => {
             let what = match &path {
                 Some(p) => format!("{} read as the daemon reads it", p.display()),
@@ -124,14 +124,14 @@ fn load_config(cli: &Cli, report: &mut Report) -> DaemonConfig {
         }
         Err(e) => {
             report.add(Level::Fail, "config", e);
-            fallback(cli)
+            fallback(flags)
         }
     }
 }
 
-fn fallback(cli: &Cli) -> DaemonConfig {
+fn fallback(flags: &GlobalFlags) -> DaemonConfig {
     let mut d = DaemonConfig::default();
-    if let Some(dir) = &cli.state_dir {
+    if let Some(dir) = &flags.state_dir {
         d.state_dir = dir.clone();
     }
     d

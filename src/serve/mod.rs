@@ -3,6 +3,7 @@
 //! token`, how an admin manages those tokens.
 
 pub mod connect;
+pub mod dial;
 pub mod files;
 pub mod relay;
 pub mod server;
@@ -121,8 +122,8 @@ fn secs(flag: &str, v: f64) -> Result<std::time::Duration, String> {
 }
 
 /// `boinc_gahp serve`: runs until killed.
-pub fn serve(cli: &crate::cli::Cli, args: &ServeArgs) -> ExitCode {
-    match serve_inner(cli, args) {
+pub fn serve(flags: &crate::settings::GlobalFlags, args: &ServeArgs) -> ExitCode {
+    match serve_inner(flags, args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("boinc_gahp serve: {e}");
@@ -131,8 +132,8 @@ pub fn serve(cli: &crate::cli::Cli, args: &ServeArgs) -> ExitCode {
     }
 }
 
-fn serve_inner(cli: &crate::cli::Cli, args: &ServeArgs) -> Result<(), String> {
-    let settings = crate::cli::settings(cli)?;
+fn serve_inner(flags: &crate::settings::GlobalFlags, args: &ServeArgs) -> Result<(), String> {
+    let settings = crate::settings::settings(flags)?;
     let tls = match (&args.tls_cert, &args.tls_key, args.insecure_loopback) {
         (Some(cert), Some(key), false) => Some(server::tls_acceptor(cert, key)?),
         (None, None, true) if args.listen.ip().is_loopback() => None,
@@ -150,7 +151,12 @@ fn serve_inner(cli: &crate::cli::Cli, args: &ServeArgs) -> Result<(), String> {
         commands_per_sec: args.commands_per_sec.max(1),
         max_unread_bytes: args.max_unread_bytes.max(1 << 20),
     };
-    crate::cli::init_logging(&settings.log_file, &settings.daemon.log_level, settings.daemon.max_log_files, settings.daemon.log_rotation);
+    crate::settings::init_logging(
+        &settings.log_file,
+        &settings.daemon.log_level,
+        settings.daemon.max_log_files,
+        settings.daemon.log_rotation,
+    );
     let system = actix_rt::System::new();
     let listener =
         system.block_on(tokio::net::TcpListener::bind(args.listen)).map_err(|e| format!("can't listen on {}: {e}", args.listen))?;
