@@ -21,6 +21,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -60,7 +61,14 @@ def check_name(item):
     return item.originalname[len("test_"):].replace("_", "-")
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt("signal %d" % signum)
+
+
 def pytest_configure(config):
+    # SIGTERM (the script's teardown, a CI timeout) ends the run as Ctrl-C
+    # does: the fixtures' teardown stops the pool and the sims.
+    signal.signal(signal.SIGTERM, _interrupt)
     url, auth = config.getoption("--project-url"), config.getoption("--project-auth-file")
     if bool(url) != bool(auth):
         raise pytest.UsageError("--project-url and --project-auth-file go together")
@@ -101,8 +109,10 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     name = check_name(item)
-    r = _RESULTS.setdefault(name, {"secs": 0.0, "why": None})
-    r["secs"] += call.duration if call.when == "call" else 0
+    r = _RESULTS.setdefault(name, {"secs": 0.0, "why": None, "ran": False})
+    if call.when == "call":
+        r["secs"] += call.duration
+        r["ran"] = rep.passed
     if rep.failed and r["why"] is None:
         e = call.excinfo.value if call.excinfo else None
         why = getattr(e, "msg", None) or str(e) or rep.longreprtext.strip().splitlines()[-1]
@@ -121,6 +131,8 @@ def pytest_terminal_summary(terminalreporter):
         r = _RESULTS.get(name)
         if r is None:
             continue
+        if r["why"] is None and not r["ran"]:
+            r["why"] = "did not run to its end (interrupted)"
         if r["why"] is None:
             passed += 1
             tr.write_line("PASS %s (%d s)" % (name, r["secs"]))
