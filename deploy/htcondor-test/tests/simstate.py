@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Reads the simulated BOINC project's state (GET <project_url>__sim/state,
-see docs/sim.md) for deploy/htcondor-test/run. Standard library only.
+see docs/sim.md) for the HTCondor checks (imported by harness.py; the
+command line below is for looking by hand). Standard library only.
 
   simstate.py URL jobs  [ID] [MARKER]  one line per matching BOINC job:
                                        id name batch-name status error_mask batch-state cancelled
@@ -87,6 +88,48 @@ def stepper_state(steps, extra):
     return "" if steps == 0 else "counter %d checksum %016x\n" % (counter, checksum)
 
 
+def jobs(state, ident, marker):
+    """One tuple per matching BOINC job: id name batch-name status
+    error_mask batch-state cancelled."""
+    return [
+        (j["id"], j["name"], b.get("name"), j["status"], j["error_mask"], b.get("state"), cancelled(j, b))
+        for j, b in matches(state, ident, marker)
+    ]
+
+
+def aborted(state, ident, marker):
+    """0 if at least one job matches and every match is cancelled, 1 if
+    one is not, 3 if none matches."""
+    found = matches(state, ident, marker)
+    if not found:
+        return 3
+    return 0 if all(cancelled(j, b) for j, b in found) else 1
+
+
+def bounds(state, ident, marker):
+    """(app, rsc_disk_bound, rsc_memory_bound) of each matching job."""
+    return [
+        (j.get("app"), int(j.get("rsc_disk_bound") or 0), int(j.get("rsc_memory_bound") or 0))
+        for j, _ in matches(state, ident, marker)
+    ]
+
+
+def batches(state, idents):
+    """(batch-name, state, jobs-of-these-ids) of each BOINC batch holding
+    one of the jobs named by idents (daemon job ids)."""
+    by_id = {b["id"]: b for b in state.get("batches", [])}
+    names = set(i.rstrip("/").split("/")[-1] for i in idents)
+    count = {}
+    for j in state.get("jobs", []):
+        if j.get("name") in names:
+            count[j.get("batch")] = count.get(j.get("batch"), 0) + 1
+    return [(by_id.get(bid, {}).get("name"), by_id.get(bid, {}).get("state"), n) for bid, n in sorted(count.items())]
+
+
+def calls(state, endpoint):
+    return state.get("rpc_counts", {}).get(endpoint, 0)
+
+
 def main(argv):
     if len(argv) < 3:
         print(__doc__, file=sys.stderr)
@@ -103,36 +146,26 @@ def main(argv):
         print(len(state.get("jobs", [])))
         return 0
     if cmd == "calls":
-        print(state.get("rpc_counts", {}).get(ident, 0))
+        print(calls(state, ident))
         return 0
     if cmd == "batches":
-        by_id = {b["id"]: b for b in state.get("batches", [])}
-        names = set(i.rstrip("/").split("/")[-1] for i in argv[3:])
-        count = {}
-        for j in state.get("jobs", []):
-            if j.get("name") in names:
-                count[j.get("batch")] = count.get(j.get("batch"), 0) + 1
-        for bid, n in sorted(count.items()):
-            b = by_id.get(bid, {})
-            print(b.get("name"), b.get("state"), n)
+        for line in batches(state, argv[3:]):
+            print(*line)
         return 0
-    found = matches(state, ident, marker)
     if cmd == "jobs":
-        for j, b in found:
-            print(j["id"], j["name"], b.get("name"), j["status"], j["error_mask"], b.get("state"), cancelled(j, b))
+        for line in jobs(state, ident, marker):
+            print(*line)
         return 0
     if cmd == "cmdline":
-        for j, _ in found:
+        for j, _ in matches(state, ident, marker):
             print(j.get("command_line", ""))
         return 0
     if cmd == "bounds":
-        for j, _ in found:
-            print(j.get("app"), int(j.get("rsc_disk_bound") or 0), int(j.get("rsc_memory_bound") or 0))
+        for line in bounds(state, ident, marker):
+            print(*line)
         return 0
     if cmd == "aborted":
-        if not found:
-            return 3
-        return 0 if all(cancelled(j, b) for j, b in found) else 1
+        return aborted(state, ident, marker)
     print(__doc__, file=sys.stderr)
     return 2
 
