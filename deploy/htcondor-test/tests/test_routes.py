@@ -1,4 +1,4 @@
-"""HTCondor's other routes to the daemon (README "Second tier"): a spooled
+"""HTCondor's other routes to the daemon (docs/second-tier.md): a spooled
 submit, Condor-C, the ssh route (remote_gahp), a second tier (serve and
 connect)."""
 import glob
