@@ -951,7 +951,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 let mut text = Vec::new();
                 self.link.get(&from, &mut text).await?.map_err(|why| format!("can't fetch {from}: {why}"))?;
                 let path = dir.join(stderr);
-                append(&path, &text).map_err(|_| format!("can't open stderr output file {}", path.display()))?;
+                gahp_actors::atomic_file::append_whole(&path, &text)
+                    .map_err(|e| format!("can't open stderr output file {}: {e}", path.display()))?;
                 self.appended.insert(reqid);
                 continue;
             }
@@ -1045,10 +1046,6 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         }
         Ok(())
     }
-}
-
-fn append(path: &Path, text: &[u8]) -> io::Result<()> {
-    std::fs::OpenOptions::new().create(true).append(true).open(path)?.write_all(text)
 }
 
 /// A list attribute's entries, trimmed.
