@@ -19,6 +19,8 @@ use gahp_actors::project::ProjectKey;
 use gahp_actors::DaemonConfig;
 use gahp_protocol::Authenticator;
 
+use crate::log_file::DroppingLog;
+
 #[derive(Parser, Debug)]
 #[command(name = "boinc_gahp", about = "BOINC GAHP for HTCondor's gridmanager (speaks GAHP on stdin/stdout)", disable_version_flag = true)]
 pub struct Cli {
@@ -157,7 +159,8 @@ fn beside(config: Option<&Path>, file: &Path) -> PathBuf {
 }
 
 /// Logs go to a daily-rotated file, never to stdout (it carries the
-/// protocol). Writes are synchronous so nothing is lost on a prompt exit.
+/// protocol). Writes are synchronous so nothing is lost on a prompt exit;
+/// a line the log's disk can't take is dropped (`log_file`).
 pub fn init_logging(file: &Path, level: &str, max_files: usize, rotation: LogRotation) {
     // HTTP internals stay quiet at any level: at trace they would print
     // request lines, and a download URL carries the authenticator.
@@ -178,7 +181,10 @@ pub fn init_logging(file: &Path, level: &str, max_files: usize, rotation: LogRot
             .max_log_files(max_files.max(1))
             .build(dir)
         {
-            Ok(appender) => builder.with_writer(appender).try_init(),
+            // A full log disk drops lines rather than stall the daemon.
+            Ok(appender) => {
+                builder.with_writer(DroppingLog::new(appender, file.display().to_string())).log_internal_errors(false).try_init()
+            }
             Err(_) => builder.with_writer(io::stderr).try_init(),
         },
         // No writable log directory: stderr, which the gridmanager drains.

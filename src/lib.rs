@@ -7,5 +7,6 @@ pub mod check;
 pub mod cli;
 #[cfg(feature = "sim")]
 pub mod demo;
+pub mod log_file;
 pub mod remote_layout;
 pub mod serve;
