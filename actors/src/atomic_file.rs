@@ -120,7 +120,7 @@ pub fn write_whole(dest: &Path, fill: impl FnOnce(&mut File) -> io::Result<()>) 
 /// it would replace the device.
 pub fn append_whole(dest: &Path, text: &[u8]) -> io::Result<()> {
     match std::fs::metadata(dest) {
-        Ok(m) if !m.is_file() => return std::fs::OpenOptions::new().append(true).open(dest)?.write_all(text),
+        Ok(m) if !m.is_file() => std::fs::OpenOptions::new().append(true).open(dest)?.write_all(text),
         Ok(m) => {
             let mut old = File::open(dest)?;
             let mut tmp = temp_beside(dest)?;
