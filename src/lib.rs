@@ -17,6 +17,7 @@
 //!                   remote_layout    `boinc_gahp remote-layout`
 //! settings          settings         the flags before the subcommand, the
 //!                                    config file, the environment, the log
+//!                   log_file         the log's writer: a full disk drops lines
 //! ```
 //!
 //! Below them: gahp-actors, gahp-protocol, and with `sim` boinc-sim and
@@ -28,6 +29,7 @@ pub mod check;
 pub mod cli;
 #[cfg(feature = "sim")]
 pub mod demo;
+pub mod log_file;
 pub mod remote_layout;
 pub mod serve;
 pub mod settings;

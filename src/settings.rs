@@ -15,6 +15,8 @@ use std::time::Duration;
 use gahp_actors::config::LogRotation;
 use gahp_actors::DaemonConfig;
 
+use crate::log_file::DroppingLog;
+
 /// The flags given before the subcommand (or with none), which every
 /// command that reads the config takes.
 #[derive(clap::Args, Debug)]
@@ -124,7 +126,8 @@ fn beside(config: Option<&Path>, file: &Path) -> PathBuf {
 }
 
 /// Logs go to a daily-rotated file, never to stdout (it carries the
-/// protocol). Writes are synchronous so nothing is lost on a prompt exit.
+/// protocol). Writes are synchronous so nothing is lost on a prompt exit;
+/// a line the log's disk can't take is dropped (`log_file`).
 pub fn init_logging(file: &Path, level: &str, max_files: usize, rotation: LogRotation) {
     // HTTP internals stay quiet at any level: at trace they would print
     // request lines, and a download URL carries the authenticator.
@@ -145,7 +148,10 @@ pub fn init_logging(file: &Path, level: &str, max_files: usize, rotation: LogRot
             .max_log_files(max_files.max(1))
             .build(dir)
         {
-            Ok(appender) => builder.with_writer(appender).try_init(),
+            // A full log disk drops lines rather than stall the daemon.
+            Ok(appender) => {
+                builder.with_writer(DroppingLog::new(appender, file.display().to_string())).log_internal_errors(false).try_init()
+            }
             Err(_) => builder.with_writer(io::stderr).try_init(),
         },
         // No writable log directory: stderr, which the gridmanager drains.

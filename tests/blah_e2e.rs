@@ -621,6 +621,40 @@ fn with_its_state_lost_a_job_is_still_watched_and_cancelled_by_its_id() {
     assert_ne!(sim_job(sim, &id)["error_mask"].as_i64().unwrap() & 16, 0, "aborted");
 }
 
+/// The state directory lost while a job runs, the job finishing while no
+/// daemon is up: the new daemon holds it (its outputs have nowhere to go)
+/// with a reason that says what a release does, and the release adopts
+/// the BOINC job, delivering its outputs without running it again.
+#[test]
+fn with_its_state_lost_a_job_that_finished_meanwhile_is_adopted_on_release() {
+    let w = World::new("");
+    let (sim, dir) = (&w.sim, w.path());
+    let mut g = w.start();
+    let ad = uppercase_job(dir, "home_bl_adopt_1.0", "adopt me\n", "--sleep-ms 1500");
+    let id = submit(&mut g, ad.clone());
+    wait_status(&mut g, &id, 2);
+    g.kill();
+    std::fs::remove_dir_all(dir.join("state")).unwrap();
+    eventually("the job finished on the project", || sim_job(sim, &id)["status"] == "DONE");
+
+    let mut g = w.start();
+    let (_, held) = wait_status(&mut g, &id, 5);
+    let reason = held.get_str("HoldReason").unwrap_or_default().to_string();
+    let name = id.rsplit('/').next().unwrap();
+    assert!(reason.contains("state database was lost") && reason.contains(&format!("adopts BOINC job {name}")), "{reason}");
+    assert!(!dir.join("out").exists(), "nothing delivered while held");
+
+    // condor_release: the gridmanager submits the same ad again.
+    let again = submit(&mut g, ad);
+    assert_eq!(again, id, "the same job, adopted");
+    let (_, done) = wait_status(&mut g, &again, 4);
+    assert_eq!(done.get_int("ExitCode"), Some(0));
+    assert_eq!(std::fs::read_to_string(dir.join("out")).unwrap(), "ADOPT ME\n");
+    let batches = sim.batches_named(name);
+    assert_eq!(batches.len(), 1, "no second batch: {batches:?}");
+    assert_eq!(sim.jobs_of(batches[0]["id"].as_i64().unwrap()).len(), 1, "no second job");
+}
+
 #[test]
 fn a_job_that_names_its_own_project_is_found_again_after_a_restart() {
     let w = World::new("");

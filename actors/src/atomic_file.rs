@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::SystemTime;
@@ -112,6 +112,28 @@ pub fn write_whole(dest: &Path, fill: impl FnOnce(&mut File) -> io::Result<()>) 
     persist(tmp, dest)
 }
 
+/// Appends `text` to `dest` whole or not at all: the old content and the
+/// new are written to a temporary file beside it, which is renamed over
+/// it (the old file's permissions kept). On a full disk `dest` is left as
+/// it was, never with half of `text` or, when new, empty. What is not a
+/// regular file (`/dev/null`, a FIFO) is written in place: renaming over
+/// it would replace the device.
+pub fn append_whole(dest: &Path, text: &[u8]) -> io::Result<()> {
+    match std::fs::metadata(dest) {
+        Ok(m) if !m.is_file() => std::fs::OpenOptions::new().append(true).open(dest)?.write_all(text),
+        Ok(m) => {
+            let mut old = File::open(dest)?;
+            let mut tmp = temp_beside(dest)?;
+            io::copy(&mut old, tmp.as_file_mut())?;
+            tmp.as_file_mut().write_all(text)?;
+            tmp.as_file().set_permissions(m.permissions())?;
+            persist(tmp, dest)
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => write_whole(dest, |f| f.write_all(text)),
+        Err(e) => Err(e),
+    }
+}
+
 /// Streams `src` to `dest` through a temporary file and a rename.
 pub fn copy_whole(src: &Path, dest: &Path) -> io::Result<()> {
     let mut input = std::fs::File::open(src)?;
@@ -121,7 +143,6 @@ pub fn copy_whole(src: &Path, dest: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
     #[test]
     fn a_failed_write_leaves_nothing_and_a_good_one_replaces_the_file() {
@@ -138,6 +159,24 @@ mod tests {
         assert_eq!(std::fs::read(&dest).unwrap(), b"new");
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("out.txt")], "no temporary file is left");
+    }
+
+    #[test]
+    fn an_append_adds_to_the_old_content_and_keeps_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("stderr");
+        append_whole(&dest, b"one\n").unwrap();
+        std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o640)).unwrap();
+        append_whole(&dest, b"two\n").unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"one\ntwo\n");
+        assert_eq!(std::fs::metadata(&dest).unwrap().permissions().mode() & 0o777, 0o640);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("stderr")], "no temporary file is left");
+        // A device is written in place, never renamed over.
+        append_whole(Path::new("/dev/null"), b"gone").unwrap();
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
     }
 
     #[test]

@@ -114,12 +114,68 @@ pub struct StateDb {
 /// that stored the row.
 pub const MD5_PRUNE_EVERY: u64 = 1000;
 
+/// The database's file in the state directory.
+pub const DB_FILE: &str = "state.sqlite3";
+
+/// Why a state database could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// Not a database, or one whose pages do not hold together (garbled,
+    /// truncated): moved aside, never half-read.
+    #[error("{0}")]
+    Unreadable(String),
+    #[error(transparent)]
+    Other(#[from] std::io::Error),
+}
+
+impl From<rusqlite::Error> for OpenError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+        match e.sqlite_error_code() {
+            Some(NotADatabase | DatabaseCorrupt) => OpenError::Unreadable(e.to_string()),
+            _ => OpenError::Other(std::io::Error::other(e)),
+        }
+    }
+}
+
 impl StateDb {
-    /// The database of the state directory, brought to `schema`.
+    /// The database of the state directory, brought to `schema`. One that
+    /// is unreadable (garbled, truncated) is moved aside, with a line on
+    /// stderr and in the log that says where, and an empty one takes its
+    /// place: the daemon starts, and what the old one held is lost
+    /// (docs/blah.md says what that costs). Any other failure (permissions,
+    /// a newer schema, a full disk) is an error: those files are kept.
     pub fn open(dir: &Path, schema: &[&[Migration]]) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        let conn = Connection::open(dir.join("state.sqlite3")).map_err(std::io::Error::other)?;
-        Self::init(conn, schema)
+        let path = dir.join(DB_FILE);
+        let why = match Self::open_checked(&path, schema) {
+            Ok(db) => return Ok(db),
+            Err(OpenError::Other(e)) => return Err(e),
+            Err(OpenError::Unreadable(why)) => why,
+        };
+        let aside = move_aside(&path)?;
+        let line = format!(
+            "the state database {} can't be read ({why}): moved aside to {}; starting with an empty one",
+            path.display(),
+            aside.display()
+        );
+        eprintln!("boinc_gahp: {line}");
+        tracing::error!("{line}");
+        Self::open_checked(&path, schema).map_err(|e| match e {
+            OpenError::Other(e) => e,
+            e => std::io::Error::other(e.to_string()),
+        })
+    }
+
+    /// Opens `path` and checks every page of it before anything is read
+    /// (`PRAGMA quick_check`: the b-trees hold together), then migrates.
+    fn open_checked(path: &Path, schema: &[&[Migration]]) -> Result<Self, OpenError> {
+        let conn = Connection::open(path)?;
+        let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+        if check != "ok" {
+            return Err(OpenError::Unreadable(format!("its check found: {check}")));
+        }
+        Ok(Self::init(conn, schema)?)
     }
 
     pub fn in_memory(schema: &[&[Migration]]) -> std::io::Result<Self> {
@@ -183,6 +239,36 @@ impl StateDb {
             self.md5_prune_at.store(stores + MD5_PRUNE_EVERY.max(kept), Ordering::Relaxed);
         }
     }
+}
+
+/// Renames the database `path` (and its write-ahead log and shared-memory
+/// index, which belong to it: an old log replayed into a new database
+/// would half-restore the old one) to `<path>.unreadable-<unix time>`;
+/// returns the new name.
+fn move_aside(path: &Path) -> std::io::Result<std::path::PathBuf> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".unreadable-{secs}"));
+    let mut aside = std::path::PathBuf::from(name);
+    for n in 1.. {
+        if !aside.exists() {
+            break;
+        }
+        let mut again = aside.as_os_str().to_owned();
+        again.push(format!(".{n}"));
+        aside = again.into();
+    }
+    std::fs::rename(path, &aside)?;
+    for suffix in ["-wal", "-shm"] {
+        let (mut from, mut to) = (path.as_os_str().to_owned(), aside.as_os_str().to_owned());
+        from.push(suffix);
+        to.push(suffix);
+        match std::fs::rename(&from, &to) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    Ok(aside)
 }
 
 /// Deletes the MD5 cache's rows whose file is gone; returns how many went
@@ -282,6 +368,74 @@ mod tests {
         }
         let err = StateDb::open(dir.path(), &[MIGRATIONS, OTHER]).err().expect("refused");
         assert!(err.to_string().contains("newer than this daemon's 3"), "{err}");
+    }
+
+    /// A database with `rows` rows of 1 KB: many pages.
+    fn database_of(dir: &Path, rows: usize) -> std::path::PathBuf {
+        let db = StateDb::open(dir, &[MIGRATIONS]).unwrap();
+        db.with_conn(|c| {
+            for i in 0..rows {
+                c.execute("INSERT INTO md5_cache VALUES (?1, 1, 2, 3, ?2)", params![format!("/f{i}").into_bytes(), "x".repeat(1000)])?;
+            }
+            c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+        })
+        .unwrap();
+        drop(db);
+        dir.join(DB_FILE)
+    }
+
+    fn moved_aside(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".unreadable-"))
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn rows(db: &StateDb) -> i64 {
+        db.with_conn(|c| c.query_row("SELECT count(*) FROM md5_cache", [], |r| r.get(0))).unwrap()
+    }
+
+    #[test]
+    fn a_garbled_database_is_moved_aside_and_an_empty_one_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database_of(dir.path(), 10);
+        let garbage: Vec<u8> = (0..3000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        std::fs::write(&path, &garbage).unwrap();
+        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        assert_eq!(rows(&db), 0, "an empty database");
+        let aside = moved_aside(dir.path());
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        assert_eq!(std::fs::read(dir.path().join(&aside[0])).unwrap(), garbage, "the old file is kept as it was");
+    }
+
+    #[test]
+    fn a_truncated_database_is_moved_aside_not_half_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database_of(dir.path(), 400);
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len / 2).unwrap();
+        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        assert_eq!(rows(&db), 0, "none of the old rows: the old file is not half-read");
+        assert_eq!(moved_aside(dir.path()).len(), 1);
+        // The new one is a good database: a restart keeps it.
+        db.with_conn(|c| c.execute("INSERT INTO md5_cache VALUES (x'61', 1, 2, 3, 'abc')", [])).unwrap();
+        drop(db);
+        let again = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        assert_eq!(rows(&again), 1);
+        assert_eq!(moved_aside(dir.path()).len(), 1, "a good database stays");
+    }
+
+    #[test]
+    fn an_unreadable_file_for_another_reason_is_left_alone() {
+        // A directory where the database should be: an error, not moved.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(DB_FILE)).unwrap();
+        assert!(StateDb::open(dir.path(), &[MIGRATIONS]).is_err());
+        assert!(moved_aside(dir.path()).is_empty());
     }
 
     #[test]

@@ -2,11 +2,12 @@
 //! the same state directory, the same log, the project selected again.
 
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::time::Duration;
 
 use gahp_protocol::gahp::Request;
 use gahp_protocol::Authenticator;
-use gahp_testkit::GahpClient;
+use gahp_testkit::{GahpClient, PrivateTmpfs};
 
 pub struct DaemonSpec {
     pub exe: PathBuf,
@@ -23,16 +24,25 @@ impl DaemonSpec {
 
     /// Starts the daemon, reads its banner, turns async mode on.
     pub fn start(&self) -> std::io::Result<GahpClient> {
-        let state = self.dir.join("state");
-        let log = self.log_dir().join("gahp.log");
+        self.start_at(&self.dir.join("state"), &self.log_dir().join("gahp.log"), None, Stdio::null())
+    }
+
+    /// Starts a daemon on the state directory `state` and the log `log`,
+    /// inside `fs`'s mount namespace if given (to see its tmpfs), its
+    /// stderr into `stderr`.
+    pub fn start_at(&self, state: &Path, log: &Path, inside: Option<&PrivateTmpfs>, stderr: Stdio) -> std::io::Result<GahpClient> {
         let timeout = format!("{}", self.rpc_timeout.as_secs_f64());
-        let args = [
+        let (program, mut args) = match inside {
+            Some(fs) => fs.wrap(&self.exe, &self.dir),
+            None => (self.exe.clone(), Vec::new()),
+        };
+        let own = [
             "--config",
             path_str(&self.config)?,
             "--state-dir",
-            path_str(&state)?,
+            path_str(state)?,
             "--log-file",
-            path_str(&log)?,
+            path_str(log)?,
             "--log-level",
             "debug",
             "--retry-base-ms",
@@ -40,7 +50,9 @@ impl DaemonSpec {
             "--rpc-timeout",
             &timeout,
         ];
-        let mut g = GahpClient::spawn(&self.exe, &args, &[], &self.dir)?;
+        args.extend(own.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut g = GahpClient::spawn_with_stderr(&program, &args, &[], &self.dir, stderr)?;
         let commands = g.command_line(b"COMMANDS")?;
         if !commands.iter().any(|c| c == "BOINC_SUBMIT") {
             return Err(std::io::Error::other(format!("COMMANDS said {commands:?}")));

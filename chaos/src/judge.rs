@@ -71,6 +71,20 @@ pub fn leftovers(present: &[String], expected: &BTreeSet<String>) -> Vec<String>
     present.iter().filter(|n| !expected.contains(*n)).cloned().collect()
 }
 
+/// A stderr file a fetch appends to, before and after: as it was, or with
+/// a whole text added (ending in a newline, as the daemon writes it);
+/// never half-appended or emptied.
+pub fn appended(file: &str, before: &[u8], after: Option<&[u8]>) -> Option<String> {
+    match after {
+        None => Some(format!("{file}: gone (it held {} bytes)", before.len())),
+        Some(after) if after == before => None,
+        Some(after) if after.starts_with(before) && after.ends_with(b"\n") => None,
+        Some(after) => {
+            Some(format!("{file}: {} bytes before the fetch, {} after, not the old text and a whole new one", before.len(), after.len()))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +146,15 @@ mod tests {
         let v = output("j", b"HELLO", b"HELLo").unwrap();
         assert!(v.contains("differ from byte 4"), "{v}");
         assert!(output("j", b"HELL", b"HELLO").is_some());
+    }
+
+    #[test]
+    fn a_half_appended_or_emptied_stderr_is_a_violation() {
+        assert_eq!(appended("e", b"old\n", Some(b"old\n")), None);
+        assert_eq!(appended("e", b"old\n", Some(b"old\nnew text\n")), None);
+        assert!(appended("e", b"old\n", Some(b"old\nnew te")).is_some());
+        assert!(appended("e", b"old\n", Some(b"")).is_some());
+        assert!(appended("e", b"old\n", None).is_some());
     }
 
     #[test]

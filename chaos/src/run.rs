@@ -1,6 +1,9 @@
 //! One chaos run: the gridmanager's workload through the fault proxy, one
 //! kill -9 of the daemon, a closed stdin, a stalled reader, a full output
-//! filesystem, then the invariants judged from the server's truth.
+//! filesystem, the host's own faults (host_faults.rs), then the invariants
+//! judged from the server's truth.
+
+mod host_faults;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -376,6 +379,7 @@ impl Run<'_> {
         self.sequences()?;
         self.fetch_all(&plans, &statuses, kill_at.is_some() && kill_in_fetch)?;
         self.full_filesystem(&statuses)?;
+        self.host_faults()?;
         self.retire_all(&plans)?;
         Ok(())
     }

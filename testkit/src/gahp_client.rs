@@ -43,8 +43,14 @@ fn bad(msg: impl Into<String>) -> io::Error {
 impl GahpClient {
     /// Starts `exe args...` in `cwd` with `env` added and reads its banner.
     pub fn spawn(exe: &Path, args: &[&str], env: &[(&str, &str)], cwd: &Path) -> io::Result<GahpClient> {
+        Self::spawn_with_stderr(exe, args, env, cwd, Stdio::null())
+    }
+
+    /// As [`GahpClient::spawn`], the daemon's stderr going to `stderr`
+    /// (a file, for tests of what it says there).
+    pub fn spawn_with_stderr(exe: &Path, args: &[&str], env: &[(&str, &str)], cwd: &Path, stderr: Stdio) -> io::Result<GahpClient> {
         let mut cmd = Command::new(exe);
-        cmd.args(args).current_dir(cwd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
+        cmd.args(args).current_dir(cwd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr);
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -8,10 +8,12 @@
 pub mod blah_ad;
 pub mod gahp_client;
 pub mod sim_process;
+pub mod tmpfs;
 
 pub use blah_ad::blah_job_ad;
 pub use gahp_client::GahpClient;
 pub use sim_process::{http, SimProcess};
+pub use tmpfs::PrivateTmpfs;
 
 /// Every file under `dir`, at any depth (for tests that look for what a
 /// run left behind).

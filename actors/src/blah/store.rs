@@ -536,8 +536,28 @@ pub fn prune(c: &mut Connection, older_than_secs: f64) -> rusqlite::Result<usize
     Ok(gone)
 }
 
+/// For a job the database has no record of, named with `attempt`:
+/// whether its record was lost (with the database) rather than forgotten
+/// (`prune`). If lost, every attempt below it is counted as forgotten, so
+/// that the next submit of its `JobDirectory` (a `condor_release`) claims
+/// `attempt` itself, finds the BOINC job by that name and adopts it; the
+/// lower numbers are never given again (the project may hold them).
+pub(crate) fn lost_record_claims_again(c: &mut Connection, attempt: i64) -> rusqlite::Result<bool> {
+    let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    if attempt <= forgotten_attempts(&tx)? {
+        return Ok(false);
+    }
+    tx.execute(
+        "INSERT INTO blah_forgotten (id, max_attempt) VALUES (0, ?1) \
+         ON CONFLICT (id) DO UPDATE SET max_attempt = max(max_attempt, excluded.max_attempt)",
+        [attempt - 1],
+    )?;
+    tx.commit()?;
+    Ok(true)
+}
+
 /// The highest attempt number of any forgotten job (0: none).
-fn forgotten_attempts(c: &Connection) -> rusqlite::Result<i64> {
+pub(crate) fn forgotten_attempts(c: &Connection) -> rusqlite::Result<i64> {
     Ok(c.query_row("SELECT max_attempt FROM blah_forgotten WHERE id = 0", [], |r| r.get(0)).optional()?.unwrap_or(0))
 }
 
@@ -605,6 +625,21 @@ mod tests {
         // Completed: a resubmit gets the completed attempt.
         set_phase(c, &b2, Phase::Final, Some(4), Some("[ ]".into())).unwrap();
         assert_eq!(claim(c, "dir", "k").1, b2);
+    }
+
+    #[test]
+    fn a_job_whose_record_was_lost_is_claimed_again_by_its_own_name() {
+        let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let names = db.with_conn(|c| {
+            // A lost database: nothing recorded; the job was attempt 3.
+            assert!(lost_record_claims_again(c, 3)?);
+            let (_, _, again) = claim_attempt(c, "lost", "k", "[ ]", None, None, "")?;
+            // A forgotten attempt (at or below the mark) is not claimed again.
+            assert!(!lost_record_claims_again(c, 2)?);
+            let (_, _, other) = claim_attempt(c, "new", "k", "[ ]", None, None, "")?;
+            Ok((again, other))
+        });
+        assert_eq!(names.unwrap(), (batch_name("", "lost", 3), batch_name("", "new", 3)));
     }
 
     #[test]

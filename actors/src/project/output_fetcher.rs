@@ -5,7 +5,7 @@
 //! directory; renames are done here, never through a shell.
 
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -62,7 +62,7 @@ async fn fetch(key: &ProjectKey, rpc: &Addr<RpcClient>, f: &FetchOutput, deadlin
     let dir = &f.dir;
     if job.canonical_resultid != 0 || job.error_resultid != 0 {
         let path = under(dir, &f.stderr_file);
-        append(&path, &job.stderr_out).map_err(|_| format!("can't open stderr output file {}", path.display()))?;
+        append(&path, &job.stderr_out).map_err(|e| format!("can't open stderr output file {}: {e}", path.display()))?;
     }
 
     let get = |i: usize, dest: PathBuf| {
@@ -196,15 +196,17 @@ fn plain_file_name(name: &str) -> bool {
     !name.is_empty() && name != "." && name != ".." && !name.contains('/') && !name.contains('\0')
 }
 
+/// Appends a stderr text as a line (a newline added if it has none),
+/// whole or not at all; an empty text only makes sure the file exists.
 pub(crate) fn append(path: &Path, text: &str) -> io::Result<()> {
-    let mut f = fs::OpenOptions::new().create(true).append(true).open(path)?;
-    if !text.is_empty() {
-        f.write_all(text.as_bytes())?;
-        if !text.ends_with('\n') {
-            f.write_all(b"\n")?;
-        }
+    let mut line = text.as_bytes().to_vec();
+    if !text.is_empty() && !text.ends_with('\n') {
+        line.push(b'\n');
     }
-    Ok(())
+    if line.is_empty() && fs::symlink_metadata(path).is_ok() {
+        return Ok(());
+    }
+    atomic_file::append_whole(path, &line)
 }
 
 /// rename(2), or across file systems a copy to a temporary file beside the
@@ -252,6 +254,7 @@ pub fn extract_zip(zip_path: &Path, dir: &Path) -> Result<(), String> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::io::Write;
 
     /// A zip file of `entries` (name, content), as a project's
     /// `get_output` sends (the BLAH side's tests use it too).

@@ -85,7 +85,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 let mut text = Vec::new();
                 self.link.get(&from, &mut text).await?.map_err(|why| format!("can't fetch {from}: {why}"))?;
                 let path = dir.join(stderr);
-                append(&path, &text).map_err(|_| format!("can't open stderr output file {}", path.display()))?;
+                gahp_actors::atomic_file::append_whole(&path, &text)
+                    .map_err(|e| format!("can't open stderr output file {}: {e}", path.display()))?;
                 self.appended.insert(reqid);
                 continue;
             }
@@ -189,10 +190,6 @@ fn stderr_sending(name: &str) -> Option<u32> {
         return Some(0);
     }
     rest.strip_prefix('.')?.parse().ok()
-}
-
-fn append(path: &Path, text: &[u8]) -> io::Result<()> {
-    std::fs::OpenOptions::new().create(true).append(true).open(path)?.write_all(text)
 }
 
 /// A BLAH status result (`<reqid> <code> <error> <status> <ad>`) of a

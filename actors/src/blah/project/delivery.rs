@@ -38,7 +38,7 @@ impl BlahProject {
 
     fn deliver_with(&mut self, batch: String, ad: Option<ClassAd>, ctx: &mut Context<Self>) {
         let Some(rpc) = self.rpc.clone() else { return };
-        let Some(delivery) = self.delivery(&batch, ad) else { return };
+        let Some(delivery) = self.delivery(&batch, ad, ctx) else { return };
         let (key, cfg) = (self.key.clone(), self.config.blah.clone());
         let deadline = Instant::now() + self.config.command_timeout;
         let work = async move { delivery.run(&rpc, &key, &cfg, None, deadline).await };
@@ -59,7 +59,7 @@ impl BlahProject {
 
     fn deliver_from_zip_with(&mut self, boinc_batch: String, ads: Vec<(String, Option<ClassAd>)>, ctx: &mut Context<Self>) {
         let Some(rpc) = self.rpc.clone() else { return };
-        let deliveries: Vec<Delivery> = ads.into_iter().filter_map(|(j, ad)| self.delivery(&j, ad)).collect();
+        let deliveries: Vec<Delivery> = ads.into_iter().filter_map(|(j, ad)| self.delivery(&j, ad, ctx)).collect();
         if deliveries.is_empty() {
             return;
         }
@@ -108,18 +108,48 @@ impl BlahProject {
     }
 
     /// What delivering a DONE job needs, with its submit ad as read; the
-    /// job is then busy. A job without its ad is held here (nothing says
-    /// where its files go).
-    pub(super) fn delivery(&mut self, batch: &str, ad: Option<ClassAd>) -> Option<Delivery> {
+    /// job is then busy. A job without its ad is held (nothing says where
+    /// its files go), with a reason that says what a release does.
+    pub(super) fn delivery(&mut self, batch: &str, ad: Option<ClassAd>, ctx: &mut Context<Self>) -> Option<Delivery> {
         let job = self.jobs.get_mut(batch)?;
         let Some(ad) = ad else {
-            let reason = format!("{}, so its outputs have nowhere to go; condor_release the job to run it again", self.no_record());
-            self.finish(batch, job_status::HELD, held_ad(batch, &reason));
+            // Nothing is in flight for it: a resubmit may take it over.
+            job.busy = false;
+            self.hold_unrecorded(batch.to_string(), ctx);
             return None;
         };
         job.busy = true;
         let templates = map::choose_app(&ad, &self.config.blah).ok().and_then(|(app, _)| self.templates(&app));
         Some(Delivery { job: batch.to_string(), ad, templates, completed: self.completed.clone() })
+    }
+
+    /// Holds a DONE job the state database has no record of. A release
+    /// submits it again: when its record was lost with the database (not
+    /// forgotten), under this job's own name (`lost_record_claims_again`),
+    /// so the submission finds this BOINC job by name and adopts it, and
+    /// its outputs are delivered; else a new BOINC job runs.
+    fn hold_unrecorded(&mut self, batch: String, ctx: &mut Context<Self>) {
+        let store = self.store.clone();
+        let attempt = batch.rsplit_once('#').and_then(|(_, n)| n.parse::<i64>().ok());
+        let work = async move {
+            let Some(n) = attempt else { return false };
+            store.read(move |c| store::lost_record_claims_again(c, n)).await.unwrap_or_else(|e| {
+                tracing::warn!("can't read the forgotten attempts from the state database: {e}");
+                false
+            })
+        };
+        self.run(ctx, work, move |act, adopted, _| {
+            let reason = if adopted {
+                format!(
+                    "the daemon has no record of this job (its state database was lost), so its outputs have nowhere to go; \
+                     condor_release the job: the daemon then adopts BOINC job {batch}, still on the project, and delivers \
+                     its outputs without running it again"
+                )
+            } else {
+                format!("{}, so its outputs have nowhere to go; condor_release the job to run it again as a new BOINC job", act.no_record())
+            };
+            act.finish(&batch, job_status::HELD, held_ad(&batch, &reason));
+        });
     }
 
     /// Finds out why an ERROR job failed: status 4 with its exit code, or 3.

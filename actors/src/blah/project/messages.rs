@@ -21,6 +21,13 @@ pub struct Track {
 impl Handler<Track> for BlahProject {
     type Result = ResponseActFuture<Self, ()>;
     fn handle(&mut self, msg: Track, _: &mut Context<Self>) -> Self::Result {
+        // A job watched (or held) by its id alone, its record lost with
+        // the state database, has just been submitted again and recorded
+        // (a condor_release): it is loaded again from its new record, and
+        // its submission adopts the BOINC job of its name.
+        if self.jobs.get(msg.id.job.as_str()).is_some_and(|j| !j.recorded && !j.busy) {
+            self.jobs.remove(msg.id.job.as_str());
+        }
         self.load(msg.id)
     }
 }
