@@ -434,7 +434,7 @@ fn gridmanager_batch_name(cluster: usize) -> String {
 /// soon as its `R` comes, the second after the first's answer is no longer
 /// reused; the daemon's VmHWM after each step.
 fn gridmanager_polled(jobs: usize) {
-    let (_dir, sim, input, mut g) = boinc_world();
+    let (_dir, _sim, input, mut g) = boinc_world();
     let pid = g.pid();
     let names: Vec<String> = (0..jobs.div_ceil(BATCH)).map(gridmanager_batch_name).collect();
     let t = Instant::now();
