@@ -3,7 +3,7 @@
 //!
 //!     cargo bench --bench memory_bench                 # 10k, 100k, 1M BOINC_* jobs; 10k, 100k BLAH jobs (paced and flood)
 //!     cargo bench --bench memory_bench -- --quick      # 10k and 100k BOINC_*, 10k BLAH (paced and flood)
-//!     cargo bench --bench memory_bench -- boinc        # only the BOINC_* front end (or `blah`, `parse`, `at_once`, `boinc_1m`, `blah_100k`, `blah_flood`)
+//!     cargo bench --bench memory_bench -- boinc        # only the BOINC_* front end (or `blah`, `parse`, `at_once`, `boinc_1m`, `gridmanager_1m`, `blah_100k`, `blah_flood`)
 //!     cargo bench --bench memory_bench -- script       # 10,000 script jobs (the runner) against the same jobs of a registered app
 //!
 //! The simulated project has one host that never finishes a job
@@ -12,11 +12,13 @@
 //! `<batch>_<k>` are submitted one after another, then three
 //! BOINC_QUERY_BATCHES of all batches at once; the daemon's peak RSS
 //! (VmHWM) is read at each step. `at_once` sends the same submits all at
-//! once instead. The BLAH jobs are sent as a gridmanager sends them, at
-//! most 50 commands pending (`GRIDMANAGER_MAX_PENDING_REQUESTS`) and the
-//! results read as each `R` comes; `blah_flood` sends every command
-//! before it reads a result, so the daemon holds them all unread.
-//! `rss_point` lines feed
+//! once instead; `gridmanager` submits the million as a gridmanager names
+//! them (`condor#<schedd>#<app>#<qdate>#<cluster>.<proc>`, arguments of
+//! their own) and asks for the status of all twice. The BLAH jobs are
+//! sent as a gridmanager sends them, at most 50 commands pending
+//! (`GRIDMANAGER_MAX_PENDING_REQUESTS`) and the results read as each `R`
+//! comes; `blah_flood` sends every command before it reads a result, so
+//! the daemon holds them all unread. `rss_point` lines feed
 //! `benches/rss_plot.py`, which draws the SVG in BENCHMARKS.md.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -403,6 +405,77 @@ fn boinc_front_end(jobs: usize, steps: bool) {
     }
 }
 
+/// A batch as HTCondor's gridmanager names and sends it: the batch
+/// `condor#<schedd>#<app>#<qdate>`, each job that and `#<cluster>.<proc>`,
+/// its own arguments, the cluster's input file.
+fn gridmanager_batch(cluster: usize, jobs: usize, input: &Path) -> SubmitBatch {
+    let name = gridmanager_batch_name(cluster);
+    SubmitBatch {
+        batch_name: name.clone(),
+        app_name: "uppercase".into(),
+        jobs: (0..jobs)
+            .map(|proc| JobSpec {
+                name: format!("{name}#{}.{proc}", 1000 + cluster),
+                args: vec!["--sleep-ms".into(), proc.to_string()],
+                inputs: vec![InputFile { src: input.to_path_buf(), dst_name: "in".into() }],
+            })
+            .collect(),
+        params: JobParams::default(),
+    }
+}
+
+fn gridmanager_batch_name(cluster: usize) -> String {
+    format!("condor#submit-01.cluster.example.org#uppercase#{}", 1_764_000_000 + cluster)
+}
+
+/// A million jobs, polled (issue 38): 100 BOINC_SUBMITs of 10,000
+/// gridmanager-named jobs one after another, then two BOINC_QUERY_BATCHES
+/// of all 100 batches (min_mod_time 0), each result read with RESULTS as
+/// soon as its `R` comes, the second after the first's answer is no longer
+/// reused; the daemon's VmHWM after each step.
+fn gridmanager_polled(jobs: usize) {
+    let (_dir, _sim, input, mut g) = boinc_world();
+    let pid = g.pid();
+    let names: Vec<String> = (0..jobs.div_ceil(BATCH)).map(gridmanager_batch_name).collect();
+    let t = Instant::now();
+    for cluster in 0..names.len() {
+        let r = g
+            .call(|id| Request::Async { reqid: ReqId(id), command: AsyncCommand::Submit(gridmanager_batch(cluster, BATCH, &input)) }, WAIT)
+            .unwrap();
+        assert_eq!(r, ["NULL"], "{r:?}");
+    }
+    let after_submit = rss(pid);
+    println!(
+        "gridmanager {jobs} jobs polled: {} submits in {:.2} s; RSS {:.1} MB after the submits (peak {:.1} MB)",
+        names.len(),
+        t.elapsed().as_secs_f64(),
+        after_submit.0,
+        after_submit.1
+    );
+    for i in 0..2 {
+        if i > 0 {
+            // The gridmanager polls again later: past the daemon's
+            // query_coalesce (5 s), so the second status is an RPC of its own.
+            std::thread::sleep(Duration::from_secs(6));
+        }
+        let (took, len, fields) = query_raw(&mut g, 200_000 + i, &names);
+        assert_eq!(fields, 3 + names.len() + 2 * jobs, "every job's status");
+        let now = rss(pid);
+        println!(
+            "  status {} of all {} batches: {:.3} s, {:.1} MB line; RSS {:.1} MB (peak {:.1} MB)",
+            i + 1,
+            names.len(),
+            took.as_secs_f64(),
+            mb(len),
+            now.0,
+            now.1
+        );
+    }
+    let (now, peak) = rss(pid);
+    println!("  daemon peak RSS {peak:.1} MB = {:.0} B per job in flight (RSS now {now:.1} MB)", peak * 1048576.0 / jobs as f64);
+    println!("rss_point gridmanager {jobs} {peak:.1}");
+}
+
 /// The same submits sent all at once, as a gridmanager with that many
 /// submits pending does: every batch is parsed and in the daemon at once.
 fn boinc_submits_at_once(jobs: usize) {
@@ -606,6 +679,9 @@ fn main() {
         }
     }
     let n = if quick { 100_000 } else { 1_000_000 };
+    if run(&format!("gridmanager_{}", label(n))) {
+        gridmanager_polled(n);
+    }
     if run(&format!("at_once_{}", label(n))) {
         boinc_submits_at_once(n);
     }
