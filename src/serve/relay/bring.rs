@@ -4,7 +4,6 @@
 //! wants them before the RESULTS block is handed on; a failure to bring
 //! them becomes the result.
 
-use std::io::{self, Write};
 use std::path::{Component, Path, PathBuf};
 
 use gahp_actors::blah::map::dir_token_of;
