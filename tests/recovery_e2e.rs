@@ -249,60 +249,15 @@ fn a_torn_no_such_batch_reply_is_retried_not_reported() {
     // The look-up before create_batch answers "no such batch"; cut in
     // transit it read as a BOINC error with an empty message, and the
     // submit failed with "error creating batch: -1 ". Several cuts at
-    // seeded points: each is a transient failure, retried. The look-up is
-    // made because the first create failed with its outcome unknown.
+    // seeded points: each is a transient failure, retried.
     let sim = Sim::start();
-    let mut cuts: Vec<(&str, u64, &str)> = vec![("submit_rpc_handler.php:create_batch", 1, "http500")];
-    cuts.extend((1..=6).map(|n| ("submit_rpc_handler.php:query_batch", n, "truncate")));
+    let cuts: Vec<(&str, u64, &str)> = (1..=6).map(|n| ("submit_rpc_handler.php:query_batch", n, "truncate")).collect();
     sim.set_faults(script(&cuts));
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(&config, "create_settle_secs = 1\n").unwrap();
-    let mut g = gahp_with(dir.path(), &["--config", config.to_str().unwrap()], &[]);
-    g.command_line(b"ASYNC_MODE_ON").unwrap();
-    assert_eq!(g.command(&sim.select()).unwrap(), ["S"]);
+    let mut g = ready_gahp(&sim, dir.path());
     submit_ok(&sim, &mut g, dir.path(), "tornlookup", 2);
-    assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 2, "the failed create, then one that landed");
+    assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1);
     assert!(sim.calls("submit_rpc_handler.php:query_batch") >= 7, "every torn look-up was asked again");
-}
-
-/// Every RPC the simulated project has answered, by endpoint.
-fn rpc_counts(sim: &Sim) -> std::collections::BTreeMap<String, u64> {
-    serde_json::from_value(sim.state()["rpc_counts"].clone()).unwrap()
-}
-
-#[test]
-fn a_name_never_created_here_is_created_without_a_look_up_and_a_resubmit_looks_it_up() {
-    let sim = Sim::start();
-    let dir = tempfile::tempdir().unwrap();
-    let mut g = ready_gahp(&sim, dir.path());
-    let before = rpc_counts(&sim);
-    submit_ok(&sim, &mut g, dir.path(), "fresh", 1);
-    let after = rpc_counts(&sim);
-    let made = |e: &str| after.get(e).copied().unwrap_or(0) - before.get(e).copied().unwrap_or(0);
-    assert_eq!(made("submit_rpc_handler.php:query_batch"), 0, "no look-up for a name this state never created: {after:?}");
-    assert_eq!(made("submit_rpc_handler.php:create_batch"), 1);
-    // The gridmanager submits the same batch again (its result was lost):
-    // this state created the name, so it asks, finds the jobs there, and
-    // creates nothing. (The sim, like a real server, would take a second
-    // batch of the name: a skipped look-up here would show as two.)
-    submit_ok(&sim, &mut g, dir.path(), "fresh", 1);
-    assert_eq!(sim.calls("submit_rpc_handler.php:query_batch"), 1, "the resubmit looked the name up");
-    assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1);
-    assert_eq!(sim.calls("submit_rpc_handler.php:submit_batch"), 1);
-    // The same after a restart on the same state directory.
-    g.kill();
-    let mut g = ready_gahp(&sim, dir.path());
-    submit_ok(&sim, &mut g, dir.path(), "fresh", 1);
-    assert_eq!(sim.calls("submit_rpc_handler.php:query_batch"), 2);
-    assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1);
-    // Retired, the name is forgotten: the gridmanager is done with it.
-    assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::RetireBatch { batch: "fresh".into() }), WAIT).unwrap(), ["NULL"]);
-    let rows = |dir: &std::path::Path| {
-        let c = rusqlite::Connection::open(dir.join("state/state.sqlite3")).unwrap();
-        c.query_row("SELECT count(*) FROM batches_created WHERE batch = 'fresh'", [], |r| r.get::<_, i64>(0)).unwrap()
-    };
-    assert_eq!(rows(dir.path()), 0);
 }
 
 #[test]

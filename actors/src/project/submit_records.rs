@@ -1,9 +1,7 @@
 //! What a submit pipeline keeps in the state database: the create_batch
 //! requests sent whose outcome is not known yet (a later submit of the
-//! same batch waits for one to settle before creating again), the batch
-//! names this state has created (a later submit of one looks it up by name
-//! first; a name with no record of either kind is created without a
-//! look-up), and the upload byte budgets learnt from a project's refusals.
+//! same batch waits for one to settle before creating again), and the
+//! upload byte budgets learnt from a project's refusals.
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -30,76 +28,7 @@ pub const MIGRATIONS: &[Migration] = &[
          learnt INTEGER NOT NULL
      );",
     },
-    // The names created, kept `CREATED_KEPT_SECS` or until retired.
-    Migration {
-        version: 13,
-        sql: "CREATE TABLE batches_created (
-         project TEXT NOT NULL,
-         account TEXT NOT NULL,
-         batch TEXT NOT NULL,
-         created_at REAL NOT NULL,
-         PRIMARY KEY (project, account, batch)
-     );
-     CREATE INDEX batches_created_at ON batches_created (created_at);",
-    },
 ];
-
-/// How long a created batch's name is remembered if it is not retired
-/// through this daemon first: a submit of that name within this time looks
-/// the batch up before anything else; one later is taken for a new batch.
-/// A gridmanager submits a batch again only while it waits for that
-/// submit's result (a lost result, a restarted daemon or gridmanager).
-pub const CREATED_KEPT_SECS: f64 = 30.0 * 86400.0;
-
-/// Whether this state may create `batch` without looking it up first: it
-/// has no record of a create of that name, neither in flight nor done.
-/// If so, the create is recorded as in flight (sent at `at`) in the same
-/// transaction, so that two submits of one name never both skip the
-/// look-up.
-pub fn claim_first_create(db: &StateDb, project: &str, account: &str, batch: &str, at: f64) -> rusqlite::Result<bool> {
-    db.with_conn(|c| {
-        let tx = c.transaction()?;
-        let known: i64 = tx.query_row(
-            "SELECT (SELECT count(*) FROM batch_creates WHERE project = ?1 AND account = ?2 AND batch = ?3)
-                  + (SELECT count(*) FROM batches_created WHERE project = ?1 AND account = ?2 AND batch = ?3)",
-            params![project, account, batch],
-            |r| r.get(0),
-        )?;
-        if known > 0 {
-            return Ok(false);
-        }
-        tx.execute(
-            "INSERT INTO batch_creates (project, account, batch, sent_at) VALUES (?1, ?2, ?3, ?4)",
-            params![project, account, batch, at],
-        )?;
-        tx.commit()?;
-        Ok(true)
-    })
-}
-
-/// `batch` exists on the server (created, or found by name): its create
-/// is no longer in flight, and a later submit of the name looks it up.
-/// Names older than `CREATED_KEPT_SECS` are dropped on the way.
-pub fn note_created(db: &StateDb, project: &str, account: &str, batch: &str, at: f64) -> rusqlite::Result<()> {
-    db.with_conn(|c| {
-        let tx = c.transaction()?;
-        tx.execute("DELETE FROM batch_creates WHERE project = ?1 AND account = ?2 AND batch = ?3", params![project, account, batch])?;
-        tx.execute(
-            "INSERT OR REPLACE INTO batches_created (project, account, batch, created_at) VALUES (?1, ?2, ?3, ?4)",
-            params![project, account, batch, at],
-        )?;
-        tx.execute("DELETE FROM batches_created WHERE created_at < ?1", params![at - CREATED_KEPT_SECS])?;
-        tx.commit()
-    })
-}
-
-/// `batch` was retired: the gridmanager is done with the name.
-pub fn forget_created(db: &StateDb, project: &str, account: &str, batch: &str) -> rusqlite::Result<()> {
-    db.with_conn(|c| {
-        c.execute("DELETE FROM batches_created WHERE project = ?1 AND account = ?2 AND batch = ?3", params![project, account, batch])
-            .map(drop)
-    })
-}
 
 /// When a create_batch of `batch` was sent whose outcome is not known.
 pub fn create_sent_at(db: &StateDb, project: &str, account: &str, batch: &str) -> rusqlite::Result<Option<f64>> {
@@ -171,35 +100,6 @@ pub fn learnt_budgets(conn: &Connection) -> rusqlite::Result<Vec<(String, u64, u
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_a_name_never_created_here_skips_the_look_up() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
-        let claim = |b: &str| claim_first_create(&db, "http://p/", "a", b, 1000.0).unwrap();
-        assert!(claim("b1"), "a new name");
-        assert!(!claim("b1"), "its create is in flight");
-        assert_eq!(create_sent_at(&db, "http://p/", "a", "b1").unwrap(), Some(1000.0));
-        note_created(&db, "http://p/", "a", "b1", 1001.0).unwrap();
-        assert_eq!(create_sent_at(&db, "http://p/", "a", "b1").unwrap(), None);
-        assert!(!claim("b1"), "created here before");
-        assert!(claim_first_create(&db, "http://p/", "other", "b1", 1000.0).unwrap(), "another account's name");
-        forget_created(&db, "http://p/", "a", "b1").unwrap();
-        assert!(claim("b1"), "retired: forgotten");
-        // A failed create forgets its record: the name is new again.
-        forget_create(&db, "http://p/", "a", "b1").unwrap();
-        assert!(claim("b1"));
-    }
-
-    #[test]
-    fn created_names_are_kept_for_a_while_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
-        note_created(&db, "http://p/", "a", "old", 1000.0).unwrap();
-        note_created(&db, "http://p/", "a", "new", 1000.0 + CREATED_KEPT_SECS + 1.0).unwrap();
-        assert!(claim_first_create(&db, "http://p/", "a", "old", 0.0).unwrap());
-        assert!(!claim_first_create(&db, "http://p/", "a", "new", 0.0).unwrap());
-    }
 
     #[test]
     fn learnt_budgets_are_read_as_found() {

@@ -19,7 +19,7 @@ use crate::project::output_fetcher::{Fetch, OutputFetcher};
 use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::submit_pipeline::{CompactBatch, RunPipeline, SubmitPipeline, SUBMIT_BATCHES_AT_ONCE};
 use crate::project::templates::templates_of;
-use crate::project::{submit_records, ProjectKey};
+use crate::project::ProjectKey;
 use crate::sequences::relocator::{PoolLink, SequenceRelocator};
 use crate::state_db::StateDb;
 
@@ -153,22 +153,10 @@ impl Handler<Run> for ProjectTree {
                 let xml = request::abort_jobs(&auth, &jobs);
                 done(rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await, "abort_jobs() returned")
             }),
-            AsyncCommand::RetireBatch { batch } => {
-                let (db, project, account) = (self.db.clone(), self.key.url.clone(), self.key.account());
-                Box::pin(async move {
-                    let xml = request::retire_batch(&auth, &batch);
-                    let r = rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await;
-                    if r.is_ok() {
-                        // The gridmanager is done with the name: no submit of it looks it up any more.
-                        let forgot =
-                            tokio::task::spawn_blocking(move || submit_records::forget_created(&db, &project, &account, &batch)).await;
-                        if let Ok(Err(e)) = forgot {
-                            tracing::warn!("can't forget a retired batch's name: {e}");
-                        }
-                    }
-                    done(r, "retire_batch() returned")
-                })
-            }
+            AsyncCommand::RetireBatch { batch } => Box::pin(async move {
+                let xml = request::retire_batch(&auth, &batch);
+                done(rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await, "retire_batch() returned")
+            }),
             AsyncCommand::SetLease { batch, lease_time } => Box::pin(async move {
                 let xml = request::set_expire_time(&auth, &batch, lease_time);
                 done(rpc.idempotent(Script::SubmitRpcHandler, xml, reply::parse_success, deadline).await, "set_lease() returned")

@@ -8,11 +8,8 @@
 //! A step that failed transiently is retried with backoff; finished steps are
 //! not redone. Steps that create something are sent once, and after a lost
 //! reply the pipeline asks the server what it has before trying again:
-//! * the batch is looked up by name before it is created when a create of
-//!   that name may already have happened: the state database records each
-//!   create before it is sent and each name created, so a name it has no
-//!   record of is created at once (a real server does not refuse a second
-//!   batch of the same name);
+//! * the batch is looked up by name before it is created (a real server
+//!   does not refuse a second batch of the same name);
 //! * a lost query_files/upload_files is followed by query_files without a
 //!   batch (no side effect) and per-file association, where a duplicate-key
 //!   error means "already associated" (the real server dies on re-association);
@@ -234,6 +231,12 @@ struct Run {
     deadline: Instant,
 }
 
+enum CreateRecord {
+    SentAt,
+    Sent(f64),
+    Forget,
+}
+
 enum BatchSlot {
     /// An empty batch (new, or left by an earlier attempt) to fill.
     Empty(i64),
@@ -347,83 +350,70 @@ impl Run {
 
     /// The batch to fill: an empty one of this name if the server has it (a
     /// create whose reply was lost, or a resubmit after a restart), else a
-    /// new one. The server is asked first only when a create of this name
-    /// may already have happened: this state recorded one (in flight, or
-    /// done: the state database keeps both, written before the request
-    /// goes out, so a killed daemon's count too), or this pipeline's own
-    /// create lost its reply. A name with no record is created at once
-    /// (the record claimed in the same transaction, so two submits of one
-    /// name never both skip the look-up). A create sent earlier whose
-    /// outcome is unknown may still land, so a new one waits until that
-    /// one has settled.
+    /// new one. Asking first is what keeps a retry from making two; and a
+    /// create sent earlier whose outcome is unknown (recorded in the state
+    /// database before it went out, so a killed daemon's counts too) may
+    /// still land, so a new one waits until that one has settled.
     async fn find_or_create_batch(&self, batch: &CompactBatch) -> Step<BatchSlot> {
         let auth = &self.key.authenticator;
         let name = &batch.batch_name;
-        let mut look_first = !self.records(name, |db, p, a, b| submit_records::claim_first_create(db, p, a, b, unix_now())).await?;
-        if !look_first {
-            tracing::debug!(batch = %name, "no create of this name recorded: creating without a look-up");
-        }
         let mut attempt = 0;
         loop {
             attempt += 1;
-            if look_first {
-                let found =
-                    self.idempotent(Script::SubmitRpcHandler, request::query_batch_by_name(auth, name), reply::parse_query_batch).await;
-                match found {
-                    Ok(info) => {
-                        self.records(name, |db, p, a, b| submit_records::note_created(db, p, a, b, unix_now())).await?;
-                        return self.reuse(info, batch);
-                    }
-                    Err(RpcError::Boinc { ref msg, .. }) if msg == "no such batch" => {}
-                    Err(e) => return Err(SubmitError::CreateBatch(e)),
+            let found = self.idempotent(Script::SubmitRpcHandler, request::query_batch_by_name(auth, name), reply::parse_query_batch).await;
+            match found {
+                Ok(info) => {
+                    self.creates(name, CreateRecord::Forget).await?;
+                    return self.reuse(info, batch);
                 }
-                if let Some(sent_at) = self.records(name, submit_records::create_sent_at).await? {
-                    let settled = sent_at + self.config.create_settle.as_secs_f64();
-                    let wait = settled - unix_now();
-                    if wait > 0.0 {
-                        let wait = Duration::from_secs_f64(wait);
-                        if Instant::now() + wait >= self.deadline {
-                            return Err(SubmitError::CreateBatch(RpcError::Local(format!(
-                                "a create_batch of {name} sent at {sent_at:.0} may still reach the server; not creating another before it settles"
-                            ))));
-                        }
-                        tracing::info!(batch = %name, secs = wait.as_secs_f64(), "an earlier create_batch may still land; waiting before looking again");
-                        tokio::time::sleep(wait).await;
-                        continue;
-                    }
-                }
-                self.records(name, |db, p, a, b| submit_records::note_create_sent(db, p, a, b, unix_now())).await?;
+                Err(RpcError::Boinc { ref msg, .. }) if msg == "no such batch" => {}
+                Err(e) => return Err(SubmitError::CreateBatch(e)),
             }
-            // From here on a create may have happened.
-            look_first = true;
+            if let Some(sent_at) = self.creates(name, CreateRecord::SentAt).await? {
+                let settled = sent_at + self.config.create_settle.as_secs_f64();
+                let wait = settled - unix_now();
+                if wait > 0.0 {
+                    let wait = Duration::from_secs_f64(wait);
+                    if Instant::now() + wait >= self.deadline {
+                        return Err(SubmitError::CreateBatch(RpcError::Local(format!(
+                            "a create_batch of {name} sent at {sent_at:.0} may still reach the server; not creating another before it settles"
+                        ))));
+                    }
+                    tracing::info!(batch = %name, secs = wait.as_secs_f64(), "an earlier create_batch may still land; waiting before looking again");
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            }
             let expire = unix_now() + self.config.initial_expire.as_secs_f64();
+            self.creates(name, CreateRecord::Sent(unix_now())).await?;
             let created = self
                 .once(Script::SubmitRpcHandler, request::create_batch(auth, name, &batch.app_name, expire), reply::parse_create_batch)
                 .await;
             match created {
                 Ok(id) => {
-                    self.records(name, |db, p, a, b| submit_records::note_created(db, p, a, b, unix_now())).await?;
+                    self.creates(name, CreateRecord::Forget).await?;
                     return Ok(BatchSlot::Empty(id));
                 }
                 // It may or may not exist now: look again before retrying.
                 Err(e) if e.outcome_unknown() => self.pause(attempt, e, SubmitError::CreateBatch).await?,
                 Err(e) => {
-                    self.records(name, submit_records::forget_create).await?;
+                    self.creates(name, CreateRecord::Forget).await?;
                     return Err(SubmitError::CreateBatch(e));
                 }
             }
         }
     }
 
-    /// Reads or writes what the state database keeps of this batch's
-    /// creates (`submit_records`), on a blocking thread.
-    async fn records<T: Send + 'static>(
-        &self,
-        batch: &str,
-        f: impl FnOnce(&StateDb, &str, &str, &str) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Step<T> {
+    /// Reads or writes this batch's record of a create_batch in flight.
+    async fn creates(&self, batch: &str, what: CreateRecord) -> Step<Option<f64>> {
         let (db, project, account, batch) = (self.db.clone(), self.key.url.clone(), self.key.account(), batch.to_string());
-        match tokio::task::spawn_blocking(move || f(&db, &project, &account, &batch)).await {
+        let done = tokio::task::spawn_blocking(move || match what {
+            CreateRecord::SentAt => submit_records::create_sent_at(&db, &project, &account, &batch),
+            CreateRecord::Sent(at) => submit_records::note_create_sent(&db, &project, &account, &batch, at).map(|()| None),
+            CreateRecord::Forget => submit_records::forget_create(&db, &project, &account, &batch).map(|()| None),
+        })
+        .await;
+        match done {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(SubmitError::CreateBatch(RpcError::Local(format!("the state database: {e}")))),
             Err(_) => Err(SubmitError::Internal("state database task failed")),
