@@ -170,6 +170,9 @@ impl StateDb {
     /// Opens `path` and checks every page of it before anything is read
     /// (`PRAGMA quick_check`: the b-trees hold together), then migrates.
     fn open_checked(path: &Path, schema: &[&[Migration]]) -> Result<Self, OpenError> {
+        if let Some(why) = cut_short(path)? {
+            return Err(OpenError::Unreadable(why));
+        }
         let conn = Connection::open(path)?;
         let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
         if check != "ok" {
@@ -239,6 +242,57 @@ impl StateDb {
             self.md5_prune_at.store(stores + MD5_PRUNE_EVERY.max(kept), Ordering::Relaxed);
         }
     }
+}
+
+/// Why the database file `path` is cut short, if it is: SQLite reads a
+/// file shorter than a page as an empty database and one shorter than its
+/// header says as a smaller one, so neither fails its own check, yet both
+/// lost what they held. A database file is whole pages, at least as many
+/// as its header counts when that count is valid (file format: the page
+/// size at offset 16, the page count at 28, valid when the change counter
+/// at 24 equals the version at 92). An absent or empty file is a new
+/// database; a file that is not SQLite's is left to SQLite to refuse.
+fn cut_short(path: &Path) -> std::io::Result<Option<String>> {
+    use std::io::Read;
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(None);
+    }
+    let mut header = [0u8; 100];
+    let mut got = 0;
+    while got < header.len() {
+        match file.read(&mut header[got..])? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    if got < header.len() {
+        return Ok(Some(format!("cut short: {len} bytes, less than SQLite's 100-byte header")));
+    }
+    if &header[..16] != b"SQLite format 3\0" {
+        return Ok(None);
+    }
+    let be32 = |at: usize| u32::from_be_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]);
+    let page = match u16::from_be_bytes([header[16], header[17]]) {
+        1 => 65536,
+        n => u64::from(n),
+    };
+    if page < 512 || !page.is_power_of_two() {
+        return Ok(None);
+    }
+    if len % page != 0 {
+        return Ok(Some(format!("cut short: {len} bytes, not a whole number of its {page}-byte pages")));
+    }
+    let pages = u64::from(be32(28));
+    if pages != 0 && be32(24) == be32(92) && len < pages * page {
+        return Ok(Some(format!("cut short: {len} bytes, its header counts {pages} pages of {page}")));
+    }
+    Ok(None)
 }
 
 /// Renames the database `path` (and its write-ahead log and shared-memory
@@ -427,6 +481,44 @@ mod tests {
         let again = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
         assert_eq!(rows(&again), 1);
         assert_eq!(moved_aside(dir.path()).len(), 1, "a good database stays");
+    }
+
+    /// Cuts SQLite itself reads as a smaller or an empty database, without
+    /// an error: inside the header, inside the first page, one whole page
+    /// short of what the header counts.
+    #[test]
+    fn a_database_cut_where_sqlite_sees_no_damage_is_moved_aside_too() {
+        for cut in [CutAt::Bytes(50), CutAt::Bytes(1000), CutAt::OnePageShort] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = database_of(dir.path(), 400);
+            let len = std::fs::metadata(&path).unwrap().len();
+            let new_len = match cut {
+                CutAt::Bytes(n) => n,
+                CutAt::OnePageShort => len - 4096,
+            };
+            std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(new_len).unwrap();
+            let why = cut_short(&path).unwrap();
+            assert!(why.as_deref().is_some_and(|w| w.starts_with("cut short")), "{cut:?}: {why:?}");
+            let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+            assert_eq!(rows(&db), 0, "{cut:?}");
+            assert_eq!(moved_aside(dir.path()).len(), 1, "{cut:?}");
+        }
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum CutAt {
+        Bytes(u64),
+        OnePageShort,
+    }
+
+    #[test]
+    fn a_whole_database_is_not_cut_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = database_of(dir.path(), 400);
+        assert_eq!(cut_short(&path).unwrap(), None);
+        assert_eq!(cut_short(&dir.path().join("absent")).unwrap(), None);
+        std::fs::write(dir.path().join("empty"), b"").unwrap();
+        assert_eq!(cut_short(&dir.path().join("empty")).unwrap(), None, "an empty file is a new database");
     }
 
     #[test]
