@@ -244,10 +244,11 @@ impl StateDb {
     }
 }
 
-/// Why the database file `path` is cut short, if it is: SQLite reads a
-/// file shorter than a page as an empty database and one shorter than its
-/// header says as a smaller one, so neither fails its own check, yet both
-/// lost what they held. A database file is whole pages, at least as many
+/// Why the database file `path` is cut short, if it is: SQLite opens a
+/// file cut to a byte as an empty database that passes its own check
+/// (gahp-chaos found it), and refuses other cuts only when it reads that
+/// far; this judges the file before SQLite reads any of it. A database
+/// file is whole pages, at least as many
 /// as its header counts when that count is valid (file format: the page
 /// size at offset 16, the page count at 28, valid when the change counter
 /// at 24 equals the version at 92). An absent or empty file is a new
@@ -483,12 +484,13 @@ mod tests {
         assert_eq!(moved_aside(dir.path()).len(), 1, "a good database stays");
     }
 
-    /// Cuts SQLite itself reads as a smaller or an empty database, without
-    /// an error: inside the header, inside the first page, one whole page
-    /// short of what the header counts.
+    /// Cuts of the file: to one byte, which SQLite opens as an empty
+    /// database that passes its check (what gahp-chaos found), and inside
+    /// the header, inside the first page, one whole page short of what the
+    /// header counts, which it refuses only once it reads that far.
     #[test]
-    fn a_database_cut_where_sqlite_sees_no_damage_is_moved_aside_too() {
-        for cut in [CutAt::Bytes(50), CutAt::Bytes(1000), CutAt::OnePageShort] {
+    fn a_database_cut_short_is_moved_aside_before_sqlite_reads_it() {
+        for cut in [CutAt::Bytes(1), CutAt::Bytes(50), CutAt::Bytes(1000), CutAt::OnePageShort] {
             let dir = tempfile::tempdir().unwrap();
             let path = database_of(dir.path(), 400);
             let len = std::fs::metadata(&path).unwrap().len();
