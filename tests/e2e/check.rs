@@ -3,8 +3,7 @@
 //! submit rights, its own PHP limits), a broken config file, a pool, and
 //! `--json` read back.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::Command;
 

@@ -4,12 +4,10 @@
 //! test's own (`gahp_testkit::PrivateTmpfs`): it needs root, as CI runs;
 //! elsewhere those tests say so and pass without running.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use common::*;
+use crate::common::*;
 use gahp_testkit::tmpfs::FILLER;
 use gahp_testkit::PrivateTmpfs;
 

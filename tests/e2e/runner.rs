@@ -3,10 +3,9 @@
 //! built-in `runner` app really runs the job's script on loopback as a
 //! volunteer host running BOINC's wrapper would.
 
-mod common;
-use common::blah::{blah, str_value, submit, wait_final};
-use common::script::ScriptWorld;
-use common::*;
+use crate::common::blah::{blah, str_value, submit, wait_final};
+use crate::common::script::ScriptWorld;
+use crate::common::*;
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::BlahCommand;
 use std::path::{Path, PathBuf};
@@ -23,7 +22,7 @@ fn job_dir(w: &ScriptWorld, name: &str, script: &str) -> PathBuf {
 
 /// `executable = analyze.sh` in `iwd`, then `attrs`.
 fn script_job(iwd: &Path, attrs: &[(&str, Value)]) -> ClassAd {
-    common::script::script_job(iwd, "analyze.sh", attrs)
+    crate::common::script::script_job(iwd, "analyze.sh", attrs)
 }
 
 /// The final status ad of a job (asserting its status).

@@ -3,13 +3,11 @@
 //! local paths asked for, in both dialects; the real binaries over TLS
 //! against the simulated project.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::serve::*;
-use common::*;
+use crate::common::serve::*;
+use crate::common::*;
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::BlahCommand;
 use sha2::{Digest, Sha256};

@@ -4,8 +4,7 @@
 //! Every result line's field count is checked: a wrong one crashes the
 //! gridmanager.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gahp_protocol::classad::{format_args_v2, ClassAd, Value};
 use gahp_protocol::gahp::BlahCommand;
 use std::path::{Path, PathBuf};

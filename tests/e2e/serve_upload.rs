@@ -9,8 +9,6 @@
 //! the first write there (which removes such files), and opening a FIFO
 //! blocks until the test opens its other end.
 
-mod common;
-
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
@@ -18,8 +16,8 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::serve::*;
-use common::*;
+use crate::common::serve::*;
+use crate::common::*;
 use gahp_protocol::gahp::request::format;
 use sha2::{Digest, Sha256};
 

@@ -2,8 +2,7 @@
 //! memory stays far below the size of the file it sends. The real daemon
 //! over pipes, boinc-sim on loopback.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const SIZE: u64 = 512 << 20;
 

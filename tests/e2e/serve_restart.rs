@@ -5,14 +5,12 @@
 //! again, and what was in flight it asks again. And what the clients of
 //! one serve share: an app's templates, per project and account.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::ledger::*;
-use common::serve::*;
-use common::*;
+use crate::common::ledger::*;
+use crate::common::serve::*;
+use crate::common::*;
 
 const CLIENTS: [&str; 3] = ["ann", "bo", "cy"];
 /// Per client: batches done before the kill, then one in flight at it.

@@ -5,14 +5,12 @@
 //! client granted fewer keeps its first project. The real binaries over
 //! TLS against the simulated project.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::blah::*;
-use common::serve::*;
-use common::*;
+use crate::common::blah::*;
+use crate::common::serve::*;
+use crate::common::*;
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::sequence::SequenceCommand;
 use gahp_protocol::gahp::BlahCommand;

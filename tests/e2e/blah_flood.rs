@@ -5,8 +5,7 @@
 //! yet every command behind the pause is answered, every result comes
 //! exactly once, and every job runs to completion on the simulated project.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::escape::split_args;
 use gahp_protocol::gahp::request::format;

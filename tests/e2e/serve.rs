@@ -2,16 +2,14 @@
 //! (a throwaway certificate) and loopback TCP, against the simulated
 //! project: who gets in, who is refused and how, and what a client may see.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::serve::*;
-use common::*;
+use crate::common::serve::*;
+use crate::common::*;
 use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 use gahp_protocol::gahp::BlahCommand;
 
@@ -101,7 +99,7 @@ fn a_client_runs_a_batch_through_serve_and_another_client_cannot_see_it() {
     let pool = Request::SelectProject { url: "pool:/etc/boinc-gahp/pool.toml".into(), authenticator: Authenticator::new("-") };
     assert_eq!(a.command(&pool).unwrap(), ["E"]);
     // The BLAH dialect: a ping reaches her token's first project; a submit
-    // whose ad names files in her area is taken (tests/serve_files_e2e.rs
+    // whose ad names files in her area is taken (tests/e2e/serve_files.rs
     // runs BLAH jobs through connect with their files).
     let ping = a.call(|id| Request::Blah { reqid: ReqId(id), command: BlahCommand::Ping { batch_type: "boinc".into() } }, WAIT);
     assert_eq!(ping.unwrap(), ["0", "No error"]);

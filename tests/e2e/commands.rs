@@ -1,8 +1,7 @@
 //! Every BOINC_* command end to end: the real daemon over pipes against
 //! the simulated project on loopback.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::PathBuf;
 
 #[test]

@@ -4,10 +4,9 @@
 //! fetching from a small HTTP server on loopback and through HTCondor file
 //! transfer plugins (shell scripts written here) for other schemes.
 
-mod common;
-use common::blah::{str_value, submit, wait_final};
-use common::script::ScriptWorld;
-use common::*;
+use crate::common::blah::{str_value, submit, wait_final};
+use crate::common::script::ScriptWorld;
+use crate::common::*;
 use gahp_protocol::classad::ClassAd;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -27,7 +26,7 @@ fn job_dir(w: &ScriptWorld, name: &str, script: &str) -> PathBuf {
 
 /// A script job (`executable = run.sh`, sent) in `iwd` with `inputs`.
 fn script_job(iwd: &Path, inputs: &str) -> ClassAd {
-    common::script::script_job(iwd, "run.sh", &[("TransferInput", str_value(inputs))])
+    crate::common::script::script_job(iwd, "run.sh", &[("TransferInput", str_value(inputs))])
 }
 
 /// A job of the project's `uppercase` app (its input named `in`).

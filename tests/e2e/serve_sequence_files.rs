@@ -4,13 +4,11 @@
 //! the local directory asked for before its result is handed on; the real
 //! binaries over TLS against the simulated project.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::serve::*;
-use common::*;
+use crate::common::serve::*;
+use crate::common::*;
 use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 
 fn uploads_stored(s: &Serve) -> usize {

@@ -5,8 +5,7 @@
 //! retried. And the simulated project frees each held connection once the
 //! daemon has given up on it.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::path::Path;
 use std::time::{Duration, Instant};

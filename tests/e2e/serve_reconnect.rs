@@ -6,17 +6,15 @@
 //! made once, every output comes with its content. And what ends a
 //! reconnecting connect: a revoked token, or `--reconnect-for` running out.
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::ledger::*;
-use common::serve::*;
-use common::*;
+use crate::common::ledger::*;
+use crate::common::serve::*;
+use crate::common::*;
 
 const CLIENTS: [&str; 3] = ["ann", "bo", "cy"];
 /// Per client: batches done before the kill, then one in flight at it.

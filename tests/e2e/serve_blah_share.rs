@@ -7,14 +7,12 @@
 //! comes back, and held jobs keep the batch until the last is removed.
 //! The real binaries over TLS against the simulated project.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::blah::*;
-use common::serve::*;
-use common::*;
+use crate::common::blah::*;
+use crate::common::serve::*;
+use crate::common::*;
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::BlahCommand;
 

@@ -4,8 +4,7 @@
 //! pipes, boinc-sim with PHP's stock limits (2M per file, 8M per body, 20
 //! files per call) on loopback.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 
 /// Writes `n` files of `size` bytes, each with its own content.

@@ -3,8 +3,7 @@
 //! The final state is checked against `stepper_next` computed here: it
 //! proves every step ran once, in order, on the right state.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 use std::path::Path;
 use std::time::{Duration, Instant};

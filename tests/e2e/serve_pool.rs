@@ -3,12 +3,10 @@
 //! once per project for every client of the serve; a pool naming a
 //! project the client has no grant for is refused.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::serve::*;
-use common::*;
+use crate::common::serve::*;
+use crate::common::*;
 
 /// A pool file in the client's area over these sims (no authenticator
 /// files: a served client's projects use its token's); the path the

@@ -2,8 +2,7 @@
 //! recovered by asking the server: nothing is ever created twice. And each
 //! command acts on the project selected when it arrived.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use std::time::Duration;
 

@@ -1,8 +1,7 @@
 //! The GAHP line protocol as HTCondor's gridmanager speaks it, against the
 //! real binary over pipes.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -72,6 +71,32 @@ fn eof_ends_the_daemon_promptly_with_work_in_flight() {
     let t = Instant::now();
     assert!(g.close(Duration::from_secs(5)).unwrap().success());
     assert!(t.elapsed() < Duration::from_secs(3), "exit took {:?}", t.elapsed());
+}
+
+/// Standard input that is a file, not a pipe (read another way:
+/// `src/stdin.rs`): every command is read and answered, and its end ends
+/// the daemon.
+#[test]
+fn commands_from_a_file_are_answered_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("commands");
+    std::fs::write(&input, "VERSION\r\nCOMMANDS\r\nNO_SUCH_COMMAND\r\nVERSION\r\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_boinc_gahp"))
+        .args(["--log-file", dir.path().join("gahp.log").to_str().unwrap(), "--state-dir", dir.path().join("state").to_str().unwrap()])
+        .current_dir(dir.path())
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{:?}", out.status);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 5, "banner and four answers: {text}");
+    assert!(lines[0].starts_with("$GahpVersion"), "{text}");
+    assert!(lines[1].starts_with("S $GahpVersion"), "{text}");
+    assert!(lines[2].starts_with("S ") && lines[2].contains("BOINC_PING"), "{text}");
+    assert!(lines[3].starts_with('E'), "{text}");
+    assert_eq!(lines[4], lines[1], "{text}");
 }
 
 #[test]

@@ -2,8 +2,7 @@
 //! `BOINC_SELECT_PROJECT pool:<file> -`, against several simulated projects
 //! on loopback that hold different data.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 
 fn select_pool(g: &mut GahpClient, pool: &Path) {

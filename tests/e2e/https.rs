@@ -2,8 +2,7 @@
 //! certificate the daemon only trusts through GAHP_SSL_CAFILE, as HTCondor
 //! passes it.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
