@@ -71,7 +71,14 @@ pub fn run_daemon(settings: Settings) -> io::Result<()> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "boinc_gahp starting");
     let initial = std::env::current_dir().ok().and_then(|d| initial_project(&d));
     let system = actix_rt::System::new();
-    system
-        .block_on(async { gahp_actors::start_daemon(settings.daemon, tokio::io::stdin(), Box::new(io::stdout()), initial).map(|_| ()) })?;
+    system.block_on(async {
+        gahp_actors::start_daemon(
+            settings.daemon,
+            crate::stdin::stdin(),
+            Box::new(io::BufWriter::with_capacity(64 * 1024, io::stdout())),
+            initial,
+        )
+        .map(|_| ())
+    })?;
     system.run()
 }

@@ -18,6 +18,8 @@
 //! settings          settings         the flags before the subcommand, the
 //!                                    config file, the environment, the log
 //!                   log_file         the log's writer: a full disk drops lines
+//!                   stdin            standard input (the daemon's, connect's): a pipe
+//!                                    read on the runtime's thread
 //! ```
 //!
 //! Below them: gahp-actors, gahp-protocol, and with `sim` boinc-sim and
@@ -33,3 +35,4 @@ pub mod log_file;
 pub mod remote_layout;
 pub mod serve;
 pub mod settings;
+pub mod stdin;

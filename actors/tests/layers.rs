@@ -30,7 +30,7 @@ const ACTORS: Layers = &[
 const ROOT: Layers = &[
     ("binaries' wiring", &["", "main", "cli", "bin"]),
     ("commands", &["check", "serve", "demo", "remote_layout"]),
-    ("settings", &["settings", "log_file"]),
+    ("settings", &["settings", "log_file", "stdin"]),
 ];
 
 /// Module path (`blah::project`) -> file, for every `.rs` under `src`.

@@ -303,14 +303,14 @@ impl RpcClient {
         // awc's timeout ends at the headers: the body must be whole by the
         // same instant, or a server that stalls mid-reply holds the call.
         let until = tokio::time::Instant::now() + timeout;
-        let mut res = self
-            .client
-            .post(url)
-            .timeout(timeout)
-            .insert_header((header::CONTENT_TYPE, content_type))
-            .send_body(body)
-            .await
-            .map_err(send_error)?;
+        let mut req = self.client.post(url).timeout(timeout).insert_header((header::CONTENT_TYPE, content_type));
+        // Compression is asked for only where a reply can be large (the
+        // streamed status answers): for the small ones the server's deflate
+        // and our inflate cost more CPU than the bytes they save.
+        if !matches!(call.reading, Reading::Streamed(_)) {
+            req = req.no_decompress();
+        }
+        let mut res = req.send_body(body).await.map_err(send_error)?;
         classify_status(res.status())?;
         let parse = match &call.reading {
             Reading::Whole(parse) => *parse,

@@ -173,7 +173,7 @@ pub async fn relay(dialer: &Dialer, stream: Stream, already: BytesMut, files: bo
         reconnections: 0,
     };
     let files = files && relay.negotiate(true).await?;
-    let mut stdin = FramedRead::new(tokio::io::stdin(), GahpDecoder(LineFramer::new(MAX_LINE)));
+    let mut stdin = FramedRead::new(crate::stdin::stdin(), GahpDecoder(LineFramer::new(MAX_LINE)));
     let mut stdin_open = true;
     let mut resuming = false;
     loop {
