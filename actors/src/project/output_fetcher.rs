@@ -56,8 +56,12 @@ impl Handler<Fetch> for OutputFetcher {
 
 async fn fetch(key: &ProjectKey, rpc: &Addr<RpcClient>, f: &FetchOutput, deadline: Instant) -> Result<CommandResult, String> {
     let auth = &key.authenticator;
-    let templates = output_templates(rpc, auth, &f.job_name, deadline).await?;
-    let job = completed_job(rpc, auth, &f.job_name, deadline).await?;
+    // Neither answer needs the other: both asked at once (a failure of
+    // the templates is the one reported, as when they were asked first).
+    let (templates, job) =
+        futures_util::future::join(output_templates(rpc, auth, &f.job_name, deadline), completed_job(rpc, auth, &f.job_name, deadline))
+            .await;
+    let (templates, job) = (templates?, job?);
 
     let dir = &f.dir;
     if job.canonical_resultid != 0 || job.error_resultid != 0 {

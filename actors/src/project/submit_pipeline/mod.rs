@@ -1,7 +1,7 @@
 //! SubmitPipeline: one actor per BOINC_SUBMIT.
 //!
-//! get_templates -> stage inputs (MD5 names) -> find or create the batch ->
-//! query_files (ties present files to the batch) -> upload_files (absent
+//! get_templates -> stage inputs (MD5 names) -> find or create the batch
+//! (its look-up by name sent beside the first two) -> query_files (ties present files to the batch) -> upload_files (absent
 //! ones, in calls bounded by count and bytes: PHP's max_file_uploads and
 //! post_max_size) -> submit_batch.
 //!
@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use bytes::Bytes;
+use futures_util::FutureExt;
 use gahp_protocol::boinc::{reply, request, BatchInfo, Script, SubmitParams, Templates};
 use gahp_protocol::gahp::{JobParams, ParamValue};
 use tokio::sync::Semaphore;
@@ -49,6 +50,10 @@ pub use compact::{BadArgs, CompactBatch, JobNames};
 /// of 10,000 jobs is about 1.9 MB): a hundred submits arriving together
 /// do their small steps side by side, and their requests a few at a time.
 pub const SUBMIT_BATCHES_AT_ONCE: usize = 4;
+
+/// How old an answer of the look-up by name may be when the create is
+/// decided on it.
+const LOOK_UP_FRESH: Duration = Duration::from_secs(1);
 
 /// Why a submission failed; rendered to text where the result line is made.
 #[derive(Debug, thiserror::Error)]
@@ -253,30 +258,14 @@ impl Run {
         if let Some(dup) = batch.names().duplicate() {
             return Err(SubmitError::DuplicateJob(dup));
         }
-        let auth = &self.key.authenticator;
-
-        let templates = match (templates, shared) {
-            (Some(t), _) => t,
-            (None, Some(call)) => call.await.map_err(SubmitError::Templates)?,
-            (None, None) => self
-                .idempotent(Script::SubmitRpcHandler, request::get_templates_for_app(auth, &batch.app_name), reply::parse_templates)
-                .await
-                .map_err(SubmitError::Templates)?,
-        };
-        // The lists come in the order of their first job: the first list
-        // that does not fit has the first job that does not.
-        if let Some((job, list)) = batch.input_lists().find(|(_, l)| l.len() != templates.inputs.len()) {
-            return Err(SubmitError::InputCount {
-                job: batch.names().get(job),
-                app: batch.app_name.clone(),
-                need: templates.inputs.len(),
-                got: list.len(),
-            });
-        }
-
-        // Hash before touching the server: a missing file fails early and
-        // leaves no empty batch behind.
-        let staged = self.stage(&batch).await?;
+        // The look-up by name has no side effect: it goes out beside the
+        // templates and the hashing, so a submit waits for one request
+        // fewer in a row. If the submit fails here first, it is dropped;
+        // an answer older than LOOK_UP_FRESH (long hashing) is asked again,
+        // so the create still follows its look-up closely.
+        let look_up = self.look_up(&batch.batch_name).map(|found| Ok::<_, SubmitError>((found, Instant::now())));
+        let (staged, (found, at)) = futures_util::future::try_join(self.prepare(&batch, templates, shared), look_up).await?;
+        let found = (at.elapsed() < LOOK_UP_FRESH).then_some(found);
         let mut names: Vec<&str> = Vec::new();
         let mut seen_names = HashSet::new();
         for f in staged.values() {
@@ -286,7 +275,7 @@ impl Run {
         }
         names.sort_unstable();
 
-        let batch_id = match self.find_or_create_batch(&batch).await? {
+        let batch_id = match self.find_or_create_batch(&batch, found).await? {
             BatchSlot::AlreadySubmitted => {
                 tracing::info!(batch = %batch.batch_name, "already on the server; nothing to do");
                 return Ok(());
@@ -307,6 +296,7 @@ impl Run {
         // Physical input names once per distinct input list, not per job.
         let files: Vec<Vec<&str>> =
             batch.input_lists().map(|(_, list)| list.iter().map(|i| staged[&i.src].phys_name.as_str()).collect()).collect();
+        let auth = &self.key.authenticator;
         let xml = request::submit_batch_each(auth, batch_id, &batch.app_name, &params, batch.len(), |i, name| {
             batch.names().write(i, name);
             let files = files.get(batch.input_list_of(i)).map_or(&[][..], Vec::as_slice);
@@ -314,6 +304,44 @@ impl Run {
         });
         drop(files);
         self.submit_jobs(batch_id, Bytes::from(xml), &batch).await
+    }
+
+    /// The app's templates checked against the batch's input lists, and
+    /// the inputs hashed: what is known before anything is created.
+    async fn prepare(
+        &self,
+        batch: &CompactBatch,
+        templates: Option<Templates>,
+        shared: Option<TemplatesCall>,
+    ) -> Step<HashMap<PathBuf, StagedFile>> {
+        let auth = &self.key.authenticator;
+        let templates = match (templates, shared) {
+            (Some(t), _) => t,
+            (None, Some(call)) => call.await.map_err(SubmitError::Templates)?,
+            (None, None) => self
+                .idempotent(Script::SubmitRpcHandler, request::get_templates_for_app(auth, &batch.app_name), reply::parse_templates)
+                .await
+                .map_err(SubmitError::Templates)?,
+        };
+        // The lists come in the order of their first job: the first list
+        // that does not fit has the first job that does not.
+        if let Some((job, list)) = batch.input_lists().find(|(_, l)| l.len() != templates.inputs.len()) {
+            return Err(SubmitError::InputCount {
+                job: batch.names().get(job),
+                app: batch.app_name.clone(),
+                need: templates.inputs.len(),
+                got: list.len(),
+            });
+        }
+        // Hash before touching the server: a missing file fails early and
+        // leaves no empty batch behind.
+        self.stage(batch).await
+    }
+
+    /// The batch of this name on the server, if any.
+    async fn look_up(&self, name: &str) -> Result<BatchInfo, RpcError> {
+        self.idempotent(Script::SubmitRpcHandler, request::query_batch_by_name(&self.key.authenticator, name), reply::parse_query_batch)
+            .await
     }
 
     async fn idempotent<T: Send + 'static>(&self, script: Script, xml: String, parse: Parse<T>) -> Result<T, RpcError> {
@@ -354,13 +382,18 @@ impl Run {
     /// create sent earlier whose outcome is unknown (recorded in the state
     /// database before it went out, so a killed daemon's counts too) may
     /// still land, so a new one waits until that one has settled.
-    async fn find_or_create_batch(&self, batch: &CompactBatch) -> Step<BatchSlot> {
+    /// `found` is the first look-up's answer if it was asked just now.
+    async fn find_or_create_batch(&self, batch: &CompactBatch, found: Option<Result<BatchInfo, RpcError>>) -> Step<BatchSlot> {
         let auth = &self.key.authenticator;
         let name = &batch.batch_name;
+        let mut first = found;
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let found = self.idempotent(Script::SubmitRpcHandler, request::query_batch_by_name(auth, name), reply::parse_query_batch).await;
+            let found = match first.take() {
+                Some(found) => found,
+                None => self.look_up(name).await,
+            };
             match found {
                 Ok(info) => {
                     self.creates(name, CreateRecord::Forget).await?;
