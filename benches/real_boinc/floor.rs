@@ -63,6 +63,8 @@ impl Conn {
             head.push_str(&format!("Content-Type: {content_type}\r\nContent-Length: {}\r\n", b.len()));
         }
         head.push_str("\r\n");
+        // An output's URL carries the authenticator: never in a message.
+        let shown = self.project.auth.redact_in(path);
         // A kept connection the server has closed meanwhile fails at once;
         // a new one does not.
         for fresh in [self.stream.is_none(), true] {
@@ -77,14 +79,11 @@ impl Conn {
                     if !keep {
                         self.stream = None;
                     }
-                    assert_eq!(status, 200, "{method} {path}: HTTP {status}: {}", String::from_utf8_lossy(&reply));
+                    assert_eq!(status, 200, "{method} {shown}: HTTP {status}: {}", String::from_utf8_lossy(&reply));
                     return reply;
                 }
-                Err(e) if !fresh => {
-                    let _ = e;
-                    self.stream = None;
-                }
-                Err(e) => panic!("{method} {path}: {e}"),
+                Err(_) if !fresh => self.stream = None,
+                Err(e) => panic!("{method} {shown}: {e}"),
             }
         }
         unreachable!("the second try is on a fresh connection")
