@@ -769,3 +769,34 @@ impl Handler<Download> for RpcClient {
         Box::pin(self.clone().run_download(msg))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use actix_service::Service;
+
+    /// Connects to a listener on loopback through `service` and says
+    /// whether the connection has TCP_NODELAY.
+    fn nodelay_of<S>(service: S) -> bool
+    where
+        S: Service<
+            actix_tls::connect::ConnectInfo<awc::http::Uri>,
+            Response = actix_tls::connect::Connection<awc::http::Uri, actix_rt::net::TcpStream>,
+            Error = actix_tls::connect::ConnectError,
+        >,
+    {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let uri: awc::http::Uri = format!("http://{}/", listener.local_addr().unwrap()).parse().unwrap();
+        actix_rt::System::new().block_on(async move {
+            let conn = service.call(actix_tls::connect::ConnectInfo::new(uri)).await.expect("connects on loopback");
+            conn.io_ref().nodelay().unwrap()
+        })
+    }
+
+    #[test]
+    fn project_connections_have_tcp_nodelay() {
+        let plain = || actix_tls::connect::Connector::new(actix_tls::connect::Resolver::default()).service();
+        assert!(!nodelay_of(plain()), "a plain connection waits for the delayed ACK");
+        assert!(nodelay_of(NoDelay(plain())));
+    }
+}
