@@ -260,6 +260,40 @@ fn a_torn_no_such_batch_reply_is_retried_not_reported() {
 }
 
 #[test]
+fn a_look_up_answered_long_before_the_create_is_asked_again() {
+    // A's look-up by name goes out beside its get_templates and answers
+    // "no such batch" at once; the templates hang until A's RPC timeout.
+    // Meanwhile B (another daemon: a gridmanager restarted on another
+    // state directory) submits the same batch. Deciding on the stale
+    // answer, A would create a second batch of the name, whose jobs the
+    // server refuses (B has their names); asked again, it finds B's jobs
+    // there and has nothing to do.
+    let sim = Sim::start();
+    sim.set_faults(script(&[("submit_rpc_handler.php:get_templates", 1, "hang")]));
+    let a_dir = tempfile::tempdir().unwrap();
+    let mut a = gahp_with(a_dir.path(), &["--rpc-timeout", "3"], &[]);
+    a.command_line(b"ASYNC_MODE_ON").unwrap();
+    assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
+    let files = inputs(a_dir.path(), 2, "stale");
+    a.submit_async(&async_cmd(2, AsyncCommand::Submit(uppercase_batch("stale", &files)))).unwrap();
+    let until = std::time::Instant::now() + WAIT;
+    while sim.calls("submit_rpc_handler.php:get_templates") < 1 || sim.calls("submit_rpc_handler.php:query_batch") < 1 {
+        assert!(std::time::Instant::now() < until, "A's look-up and templates never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let b_dir = tempfile::tempdir().unwrap();
+    let mut b = ready_gahp(&sim, b_dir.path());
+    submit_ok(&sim, &mut b, b_dir.path(), "stale", 2);
+    assert_eq!(sim.calls("submit_rpc_handler.php:get_templates"), 2, "A's templates still hang when B's batch is there");
+    assert_eq!(a.wait_result(2, WAIT).unwrap(), ["NULL"]);
+    let batches = sim.batches_named("stale");
+    assert_eq!(batches.len(), 1, "one batch of the name: {batches:?}");
+    assert_eq!(sim.jobs_of(batches[0]["id"].as_i64().unwrap()).len(), 2);
+    assert_eq!(sim.calls("submit_rpc_handler.php:create_batch"), 1, "only B created");
+    assert!(log_text(a_dir.path()).contains("already on the server"));
+}
+
+#[test]
 fn a_fetch_onto_a_full_filesystem_fails_and_leaves_nothing() {
     // A tiny tmpfs, filled: needs root (CI runs as root); said and skipped
     // otherwise.
