@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use gahp_protocol::gahp::{AsyncCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
 use gahp_protocol::Authenticator;
-use gahp_testkit::GahpClient;
+use gahp_testkit::{BoincClient, GahpClient, Nudger};
 
 const WAIT: Duration = Duration::from_secs(1800);
 /// What this daemon uses at most at once (`max_concurrent_rpcs`): the
@@ -347,8 +347,8 @@ fn main() {
 
     // The project's client neither computes nor asks for work while the
     // rest is measured: the jobs the workloads submit would take its CPU.
-    let client = Client::from_env();
-    client.modes("never");
+    let client = client(&url);
+    client_modes(&client, "never");
 
     if phase("ping") {
         let mut cells = [None; 3];
@@ -420,42 +420,30 @@ fn main() {
         assert_eq!(ours.call(AsyncCommand::RetireBatch { batch: name.clone() }), ["NULL"], "retire {name}");
     }
     println!("aborted and retired {} batches", b.batches.len());
-    client.modes("always");
+    client_modes(&client, "always");
 }
 
-/// The project's client, driven with `boinccmd` (where there is one).
-struct Client {
-    rpc: String,
-    passwd: String,
+/// The project's client (where there is one).
+fn client(url: &str) -> BoincClient {
+    BoincClient {
+        rpc: env_or("BOINC_REAL_CLIENT_RPC", "127.0.0.1:31418"),
+        passwd: env_or("BOINC_REAL_CLIENT_PASSWD", "clientpw"),
+        url: url.to_string(),
+    }
 }
 
-impl Client {
-    fn from_env() -> Client {
-        Client { rpc: env_or("BOINC_REAL_CLIENT_RPC", "127.0.0.1:31418"), passwd: env_or("BOINC_REAL_CLIENT_PASSWD", "clientpw") }
-    }
-
-    fn boinccmd(&self, args: &[&str]) {
-        let _ = std::process::Command::new("boinccmd")
-            .args(["--host", &self.rpc, "--passwd", &self.passwd])
-            .args(args)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-
-    /// Its run and network modes: "never" or "always".
-    fn modes(&self, mode: &str) {
-        self.boinccmd(&["--set_run_mode", mode]);
-        self.boinccmd(&["--set_network_mode", mode]);
-    }
+/// Its run and network modes: "never" or "always".
+fn client_modes(client: &BoincClient, mode: &str) {
+    client.set_run_mode(mode);
+    client.set_network_mode(mode);
 }
 
 /// Waits (nudging the project's client) until every job of `batch` is
 /// done; false, saying so, when they are not within 30 minutes.
 fn wait_done(d: &mut Daemon, batch: &str, jobs: usize, url: &str) -> bool {
-    let client = Client::from_env();
+    let client = client(url);
+    let mut nudger = Nudger::new(Some(&client), Duration::from_secs(20));
     let until = Instant::now() + Duration::from_secs(1800);
-    let mut nudged: Option<Instant> = None;
     loop {
         let r = d.call(AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec![batch.to_string()] });
         assert_eq!(r[0], "NULL", "{r:?}");
@@ -467,10 +455,7 @@ fn wait_done(d: &mut Daemon, batch: &str, jobs: usize, url: &str) -> bool {
             println!("fetch: only {done} of {jobs} jobs done in 30 minutes; not measured");
             return false;
         }
-        if nudged.is_none_or(|t| t.elapsed() > Duration::from_secs(20)) {
-            client.boinccmd(&["--project", url, "update"]);
-            nudged = Some(Instant::now());
-        }
+        nudger.tick();
         std::thread::sleep(Duration::from_secs(2));
     }
 }

@@ -31,9 +31,10 @@ use common::*;
 use gahp_protocol::classad::{format_args_v2, ClassAd, Value};
 use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 use gahp_protocol::gahp::BlahCommand;
+use gahp_testkit::{BoincClient, Nudger};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const NEEDS: &str = "needs a real BOINC server: deploy/real-boinc-test/run";
@@ -68,7 +69,7 @@ struct Real {
     url: String,
     auth: String,
     auth_file: PathBuf,
-    client: Option<Client>,
+    client: Option<BoincClient>,
     /// Distinguishes this run's batches from every other run's.
     tag: String,
 }
@@ -80,7 +81,7 @@ fn real() -> Real {
     let text = std::fs::read_to_string(&auth_file).unwrap_or_else(|e| panic!("{}: {e}", auth_file.display()));
     let auth = text.split_whitespace().next().unwrap_or_else(|| panic!("{}: no authenticator in it", auth_file.display())).to_string();
     let client = match (var("BOINC_REAL_CLIENT_RPC"), var("BOINC_REAL_CLIENT_PASSWD")) {
-        (Some(rpc), Some(passwd)) => Some(Client { rpc, passwd, url: url.clone() }),
+        (Some(rpc), Some(passwd)) => Some(BoincClient { rpc, passwd, url: url.clone() }),
         _ => None,
     };
     let t = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
@@ -88,67 +89,20 @@ fn real() -> Real {
     Real { url, auth, auth_file, client, tag }
 }
 
-/// A BOINC client's GUI RPC, driven with `boinccmd`.
-struct Client {
-    rpc: String,
-    passwd: String,
-    url: String,
-}
-
-impl Client {
-    fn boinccmd(&self, args: &[&str]) -> bool {
-        let mut cmd = Command::new("boinccmd");
-        cmd.args(["--host", &self.rpc, "--passwd", &self.passwd]).args(args);
-        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        cmd.status().is_ok_and(|s| s.success())
-    }
-
-    /// Asks the client to contact the project now (it backs off when it
-    /// found no work).
-    fn nudge(&self) {
-        self.boinccmd(&["--project", &self.url, "update"]);
-    }
-
-    fn set_run_mode(&self, mode: &str) {
-        assert!(self.boinccmd(&["--set_run_mode", mode]), "boinccmd --set_run_mode {mode} failed");
-    }
-}
-
-/// Nudges the client at most every [`NUDGE_EVERY`].
-struct Nudger<'a> {
-    client: Option<&'a Client>,
-    last: Option<Instant>,
-}
-
-impl Nudger<'_> {
-    fn new(real: &Real) -> Nudger<'_> {
-        Nudger { client: real.client.as_ref(), last: None }
-    }
-
-    fn tick(&mut self) {
-        if let Some(c) = self.client {
-            if self.last.is_none_or(|t| t.elapsed() >= NUDGE_EVERY) {
-                c.nudge();
-                self.last = Some(Instant::now());
-            }
-        }
-    }
-}
-
 /// The client suspended until this is dropped (also when a test fails:
 /// the client is shared).
-struct Suspended<'a>(&'a Client);
+struct Suspended<'a>(&'a BoincClient);
 
 impl<'a> Suspended<'a> {
-    fn new(c: &'a Client) -> Suspended<'a> {
-        c.set_run_mode("never");
+    fn new(c: &'a BoincClient) -> Suspended<'a> {
+        assert!(c.set_run_mode("never"), "boinccmd --set_run_mode never failed");
         Suspended(c)
     }
 }
 
 impl Drop for Suspended<'_> {
     fn drop(&mut self) {
-        self.0.boinccmd(&["--set_run_mode", "always"]);
+        self.0.set_run_mode("always");
         self.0.nudge();
     }
 }
@@ -183,7 +137,7 @@ fn batch(name: &str, app: &str, jobs: Vec<(Vec<String>, Vec<InputFile>)>) -> Sub
 /// the client.
 fn wait_batch(real: &Real, g: &mut GahpClient, batch: &str) -> Vec<(String, String)> {
     let until = Instant::now() + JOB_WAIT;
-    let mut nudger = Nudger::new(real);
+    let mut nudger = Nudger::new(real.client.as_ref(), NUDGE_EVERY);
     loop {
         let r = call(g, AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: vec![batch.to_string()] });
         assert_eq!(r[0], "NULL", "{r:?}");
@@ -326,7 +280,7 @@ fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
 /// held (5); the status and its ad.
 fn wait_blah_final(real: &Real, g: &mut GahpClient, id: &str) -> (i64, ClassAd) {
     let until = Instant::now() + JOB_WAIT;
-    let mut nudger = Nudger::new(real);
+    let mut nudger = Nudger::new(real.client.as_ref(), NUDGE_EVERY);
     loop {
         let r = blah(g, BlahCommand::JobStatus { job_id: id.into() });
         assert_eq!(r[0], "0", "BLAH_JOB_STATUS {id}: {r:?}");
@@ -442,7 +396,7 @@ fn seq(g: &mut GahpClient, command: SequenceCommand) -> Vec<String> {
 /// relocations url reason ndead ...`).
 fn wait_seq(real: &Real, g: &mut GahpClient, name: &str, what: &str, within: Duration, done: impl Fn(&[String]) -> bool) -> Vec<String> {
     let until = Instant::now() + within;
-    let mut nudger = Nudger::new(real);
+    let mut nudger = Nudger::new(real.client.as_ref(), NUDGE_EVERY);
     loop {
         let r = seq(g, SequenceCommand::Query { name: name.into() });
         assert_eq!(r[0], "NULL", "{r:?}");
