@@ -271,7 +271,7 @@ fn a_look_up_answered_long_before_the_create_is_asked_again() {
     let sim = Sim::start();
     sim.set_faults(script(&[("submit_rpc_handler.php:get_templates", 1, "hang")]));
     let a_dir = tempfile::tempdir().unwrap();
-    let mut a = gahp_with(a_dir.path(), &["--rpc-timeout", "3"], &[]);
+    let mut a = gahp_with(a_dir.path(), &["--rpc-timeout", "10"], &[]);
     a.command_line(b"ASYNC_MODE_ON").unwrap();
     assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
     let files = inputs(a_dir.path(), 2, "stale");
