@@ -698,13 +698,13 @@ pub(crate) fn http_client(config: &DaemonConfig, max_redirects: u8, timeout: Dur
 #[derive(Clone)]
 struct NoDelay<S>(S);
 
-impl<S> actix_service::Service<actix_tls::connect::ConnectInfo<awc::http::Uri>> for NoDelay<S>
+/// What awc's connector asks a TCP connector for, and what it gets.
+type ConnectTo = actix_tls::connect::ConnectInfo<awc::http::Uri>;
+type TcpConnection = actix_tls::connect::Connection<awc::http::Uri, actix_rt::net::TcpStream>;
+
+impl<S> actix_service::Service<ConnectTo> for NoDelay<S>
 where
-    S: actix_service::Service<
-        actix_tls::connect::ConnectInfo<awc::http::Uri>,
-        Response = actix_tls::connect::Connection<awc::http::Uri, actix_rt::net::TcpStream>,
-        Error = actix_tls::connect::ConnectError,
-    >,
+    S: actix_service::Service<ConnectTo, Response = TcpConnection, Error = actix_tls::connect::ConnectError>,
     S::Future: 'static,
 {
     type Response = S::Response;
@@ -715,7 +715,7 @@ where
         self.0.poll_ready(cx)
     }
 
-    fn call(&self, req: actix_tls::connect::ConnectInfo<awc::http::Uri>) -> Self::Future {
+    fn call(&self, req: ConnectTo) -> Self::Future {
         let connecting = self.0.call(req);
         Box::pin(async move {
             let conn = connecting.await?;
@@ -777,18 +777,11 @@ mod tests {
 
     /// Connects to a listener on loopback through `service` and says
     /// whether the connection has TCP_NODELAY.
-    fn nodelay_of<S>(service: S) -> bool
-    where
-        S: Service<
-            actix_tls::connect::ConnectInfo<awc::http::Uri>,
-            Response = actix_tls::connect::Connection<awc::http::Uri, actix_rt::net::TcpStream>,
-            Error = actix_tls::connect::ConnectError,
-        >,
-    {
+    fn nodelay_of<S: Service<ConnectTo, Response = TcpConnection, Error = actix_tls::connect::ConnectError>>(service: S) -> bool {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let uri: awc::http::Uri = format!("http://{}/", listener.local_addr().unwrap()).parse().unwrap();
         actix_rt::System::new().block_on(async move {
-            let conn = service.call(actix_tls::connect::ConnectInfo::new(uri)).await.expect("connects on loopback");
+            let conn = service.call(ConnectTo::new(uri)).await.expect("connects on loopback");
             conn.io_ref().nodelay().unwrap()
         })
     }

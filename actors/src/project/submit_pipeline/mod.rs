@@ -1,9 +1,10 @@
 //! SubmitPipeline: one actor per BOINC_SUBMIT.
 //!
 //! get_templates -> stage inputs (MD5 names) -> find or create the batch
-//! (its look-up by name sent beside the first two) -> query_files (ties present files to the batch) -> upload_files (absent
-//! ones, in calls bounded by count and bytes: PHP's max_file_uploads and
-//! post_max_size) -> submit_batch.
+//! (its look-up by name sent beside the first two) -> query_files (ties
+//! present files to the batch) -> upload_files (absent ones, in calls
+//! bounded by count and bytes: PHP's max_file_uploads and post_max_size)
+//! -> submit_batch.
 //!
 //! A step that failed transiently is retried with backoff; finished steps are
 //! not redone. Steps that create something are sent once, and after a lost
