@@ -93,6 +93,8 @@ pub struct DaemonConfig {
     pub pool_grants: Option<Vec<(String, PathBuf)>>,
     /// The `BLAH_*` front end (`grid_resource = batch boinc`).
     pub blah: BlahConfig,
+    /// What a zip from a project, an app or a volunteer's host may hold.
+    pub unpack: UnpackLimits,
     /// Settings of one project (`[projects."URL"]`), over the ones above.
     pub projects: BTreeMap<String, ProjectConfig>,
 }
@@ -216,6 +218,40 @@ pub struct BlahConfig {
     pub known_jobs_only: bool,
 }
 
+/// What a zip may hold (`[unpack]` in the config file; docs/configuration.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct UnpackLimits {
+    /// Entries (files and directories).
+    pub max_entries: u64,
+    /// Bytes of all the files, unpacked.
+    pub max_bytes: u64,
+    /// Unpacked bytes per byte of the zip, once the unpacked bytes pass
+    /// [`RATIO_FLOOR`]: deflate can reach about 1,030, text about 10.
+    pub max_ratio: u64,
+}
+
+impl Default for UnpackLimits {
+    fn default() -> Self {
+        UnpackLimits { max_entries: 10_000, max_bytes: 4 << 30, max_ratio: 200 }
+    }
+}
+
+impl UnpackLimits {
+    /// These limits with `max_bytes` set by a job (HTCondor's
+    /// `max_transfer_output_mb`, in MiB); 0 or less leaves them.
+    pub fn with_job_bytes(self, mib: Option<i64>) -> Self {
+        match mib {
+            Some(m) if m > 0 => UnpackLimits { max_bytes: (m as u64).saturating_mul(1 << 20), ..self },
+            _ => self,
+        }
+    }
+}
+
+/// Below this many unpacked bytes the ratio is not looked at: a small
+/// file of one repeated byte is no danger.
+pub const RATIO_FLOOR: u64 = 64 << 20;
+
 /// The default bound of one URL input (1 GiB).
 pub const DEFAULT_URL_INPUT_MAX_BYTES: u64 = 1 << 30;
 
@@ -322,6 +358,7 @@ impl Default for DaemonConfig {
             panic_on: None,
             pool_grants: None,
             blah: BlahConfig::default(),
+            unpack: UnpackLimits::default(),
             projects: BTreeMap::new(),
         }
     }
@@ -364,6 +401,9 @@ impl DaemonConfig {
             if p.upload_max_bytes.is_some_and(|b| b < MIN_UPLOAD_BYTES) {
                 return bad("projects.upload_max_bytes", "must be at least 65536");
             }
+        }
+        if self.unpack.max_entries == 0 || self.unpack.max_bytes == 0 || self.unpack.max_ratio == 0 {
+            return bad("unpack", "max_entries, max_bytes and max_ratio must each be at least 1");
         }
         if self.hash_threads == 0 {
             return bad("hash_threads", "must be at least 1");

@@ -42,7 +42,9 @@
 //! shared services  state_db           the SQLite file; runs each module's migrations
 //!                  file_stager        MD5 content names and the hash cache
 //!                  result_queue       one result per accepted request, in order
-//!                  config, clock, atomic_file (whole or nothing)
+//!                  config, clock, atomic_file (whole or nothing), unpack (a
+//!                                     stranger's zip: bounded, checked, placed
+//!                                     without following links)
 //! ```
 //!
 //! Actors: Session ──Dispatch──▶ Projects ──Run──▶ ProjectTree (RpcClient,
@@ -69,6 +71,7 @@ pub mod sequences;
 pub mod session;
 pub mod state_db;
 pub mod tenancy;
+pub mod unpack;
 
 pub use config::DaemonConfig;
 

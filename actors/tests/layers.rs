@@ -23,7 +23,7 @@ const ACTORS: Layers = &[
     ("front ends", &["session", "runtime", "tenancy", "blah"]),
     ("multi-project", &["broker"]),
     ("one project", &["projects", "project", "sequences"]),
-    ("shared services", &["state_db", "file_stager", "result_queue", "config", "clock", "atomic_file"]),
+    ("shared services", &["state_db", "file_stager", "result_queue", "config", "clock", "atomic_file", "unpack"]),
 ];
 
 /// The root crate's `src/`, over the workspace's crates. `""` is `lib.rs`.

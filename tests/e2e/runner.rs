@@ -112,6 +112,46 @@ fn without_transfer_output_files_every_file_the_script_made_comes_back_and_jobs_
     assert_eq!(w.project_files(), 3, "{}", w.sim.state()["files"]);
 }
 
+/// What a volunteer's host returns is a stranger's (issue 45): a script
+/// that plays one, making dot-files, a folder tree, a folder named like a
+/// link the submitter keeps in `Iwd`, and a file named like the submit
+/// file, gets only its plain top-level files back, nothing through the
+/// link, and the submit file is never replaced.
+#[test]
+fn a_hosts_dot_files_folders_and_links_never_reach_the_jobs_directory_or_past_it() {
+    let w = world("runner_app = \"runner\"\n");
+    let mut g = w.start();
+    let elsewhere = w.dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let script = "#!/bin/sh\n\
+echo evil > .bashrc\n\
+mkdir -p .ssh sub/dir data\n\
+echo key > .ssh/authorized_keys\n\
+echo deep > sub/dir/deep.txt\n\
+echo through > data/x\n\
+echo ok > ok.txt\n";
+    let iwd = job_dir(&w, "hostile1", script);
+    std::os::unix::fs::symlink(&elsewhere, iwd.join("data")).unwrap();
+    let id = submit(&mut g, script_job(&iwd, &[("TransferInput", str_value("in")), ("Out", str_value("o"))]));
+    let done = final_ad(&mut g, &id, "4");
+    assert_eq!(done.get_int("ExitCode"), Some(0), "{done}");
+    let mut names: Vec<String> = std::fs::read_dir(&iwd).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names, ["analyze.sh", "data", "in", "o", "ok.txt"], "only the plain top-level file came back");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+
+    // A file named like the submit file already in Iwd: held, the submit
+    // file as it was, and nothing else of that run placed.
+    let iwd = job_dir(&w, "hostile2", "#!/bin/sh\necho queue 1000 > job.sub\necho ok > ok.txt\n");
+    std::fs::write(iwd.join("job.sub"), "executable = analyze.sh\nqueue\n").unwrap();
+    let id = submit(&mut g, script_job(&iwd, &[("TransferInput", str_value("in")), ("JobDirectory", str_value("home_bl_hostile2"))]));
+    let held = final_ad(&mut g, &id, "5");
+    let reason = held.get_str("HoldReason").unwrap();
+    assert!(reason.contains("job.sub") && reason.contains("submit file or log"), "{reason}");
+    assert_eq!(std::fs::read_to_string(iwd.join("job.sub")).unwrap(), "executable = analyze.sh\nqueue\n");
+    assert!(!iwd.join("ok.txt").exists(), "nothing of a refused run is placed");
+}
+
 #[test]
 fn a_job_whose_executable_cant_run_is_held_saying_why_never_run_as_another_app() {
     // The issue's job: default_app set, no runner, a sent script.

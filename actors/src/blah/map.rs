@@ -14,7 +14,7 @@ use gahp_protocol::gahp::{InputFile, JobParams, JobSpec, ParamValue, SubmitBatch
 
 use crate::blah::runner;
 use crate::blah::url_inputs::{self, UrlInputs};
-use crate::config::{BlahConfig, EnvironmentPolicy};
+use crate::config::{BlahConfig, EnvironmentPolicy, UnpackLimits};
 use crate::project::output_fetcher::under;
 
 /// The project key of jobs submitted while no project was configured
@@ -655,7 +655,27 @@ pub fn runner_placement(ad: &ClassAd) -> Result<runner::Placement, MapError> {
             })
             .collect()
     });
-    Ok(runner::Placement { iwd, out, err, named })
+    let own = own_files(ad, &iwd);
+    Ok(runner::Placement { iwd, out, err, named, own })
+}
+
+/// The job's own files in its directory, which no file it made may
+/// replace: its executable, its inputs, its stdin, stdout and stderr.
+pub fn own_files(ad: &ClassAd, iwd: &Path) -> Vec<PathBuf> {
+    let (_, out, err) = std_streams(ad).unwrap_or_default();
+    let named = non_empty(ad, "Cmd").into_iter().chain(stdin_path(ad)).chain(transfer_input(ad).filter(|e| !url_inputs::is_url(e)));
+    named
+        .map(|p| under(iwd, Path::new(p.trim_end_matches('/'))))
+        .chain(transfer_input(ad).filter(|e| !url_inputs::is_url(e)).filter_map(|p| Some(iwd.join(Path::new(p).file_name()?))))
+        .chain(out)
+        .chain(err)
+        .collect()
+}
+
+/// The bounds of a job's output zips: the config's, with the job's own
+/// `max_transfer_output_mb` (`MaxTransferOutputMB`) for their bytes.
+pub fn unpack_limits(ad: &ClassAd, limits: UnpackLimits) -> UnpackLimits {
+    limits.with_job_bytes(ad.get_int("MaxTransferOutputMB"))
 }
 
 fn remaps(ad: &ClassAd) -> Result<HashMap<String, String>, MapError> {

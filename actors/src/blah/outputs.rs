@@ -4,7 +4,7 @@
 //! temporary file beside the destination, renamed over it.
 
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use actix::prelude::*;
@@ -18,10 +18,11 @@ use crate::atomic_file::{self, copy_whole};
 use crate::blah::batch_zip::SharedBatchZip;
 use crate::blah::map::{self, OutputPlan, STDOUT_OUTPUT};
 use crate::blah::runner;
-use crate::config::BlahConfig;
-use crate::project::output_fetcher::{append, check_output_names, completed_job, extract_zip, fetch_file};
+use crate::config::{BlahConfig, UnpackLimits};
+use crate::project::output_fetcher::{append, check_output_names, completed_job, fetch_file};
 use crate::project::rpc::{Rpc, RpcClient};
 use crate::project::ProjectKey;
+use crate::unpack;
 
 /// `[ BatchjobId = "<batch>"; JobStatus = n ]`
 pub fn status_ad(batch: &str, status: i32) -> ClassAd {
@@ -61,6 +62,7 @@ pub async fn deliver_done(
     templates: &Templates,
     job: &CompletedJob,
     zip: Option<&SharedBatchZip>,
+    limits: UnpackLimits,
     deadline: Instant,
 ) -> Result<ClassAd, String> {
     check_output_names(templates)?;
@@ -71,25 +73,22 @@ pub async fn deliver_done(
         get_output(rpc, key, batch, templates, zip, name, dest, deadline).await?;
     }
     if let Some(unzip) = &plan.unzip {
+        // Every archive is fetched and unpacked, and what comes out of
+        // them checked, before anything of them is placed.
+        let mut fetched = Vec::new();
         for name in &unzip.archives {
             // Fetched beside its entries' destination, removed when done.
             let tmp =
                 atomic_file::temp_beside(&unzip.dir.join(name)).map_err(|e| format!("can't write in {}: {e}", unzip.dir.display()))?;
             get_output(rpc, key, batch, templates, zip, name, tmp.path(), deadline).await?;
-            unpack_if_zip(tmp.path(), &unzip.dir)?;
+            fetched.push(tmp);
         }
-        for (_, dest) in &plan.files {
-            unpack_if_zip(dest, &unzip.dir)?;
-        }
-        for (name, dest) in &unzip.expected {
-            let unpacked = unzip.dir.join(name);
-            if unpacked != *dest && unpacked.is_file() {
-                std::fs::rename(&unpacked, dest).map_err(|e| format!("can't move {} to {}: {e}", unpacked.display(), dest.display()))?;
-            }
-            if !dest.is_file() {
-                return Err(format!("{name} is neither an output of the app nor in its zip outputs"));
-            }
-        }
+        let paths: Vec<PathBuf> = fetched.iter().map(|t| t.path().to_path_buf()).chain(plan.files.iter().map(|(_, d)| d.clone())).collect();
+        let (dir, expected, own) = (unzip.dir.clone(), unzip.expected.clone(), map::own_files(ad, &unzip.dir));
+        tokio::task::spawn_blocking(move || unpack_outputs(&paths, &dir, &expected, &own, &limits))
+            .await
+            .unwrap_or_else(|e| Err(format!("internal error: {e}")))?;
+        drop(fetched);
     }
     if let Some(out) = &plan.out {
         if templates.outputs.iter().any(|n| n == STDOUT_OUTPUT) {
@@ -152,6 +151,7 @@ pub async fn deliver_runner_done(
     templates: &Templates,
     job: &CompletedJob,
     zip: Option<&SharedBatchZip>,
+    limits: UnpackLimits,
     deadline: Instant,
 ) -> Result<ClassAd, String> {
     let plan = map::runner_placement(ad).map_err(|e| e.to_string())?;
@@ -160,7 +160,7 @@ pub async fn deliver_runner_done(
     get_output(rpc, key, batch, templates, zip, runner::OUT_ZIP, tmp.path(), deadline).await?;
     // The runner's own stderr (BOINC's wrapper) is for the admin.
     tracing::debug!(job = batch, "the runner's stderr: {}", job.stderr_out);
-    let exit = tokio::task::spawn_blocking(move || runner::place_outputs(tmp.path(), &plan))
+    let exit = tokio::task::spawn_blocking(move || runner::place_outputs(tmp.path(), &plan, &limits))
         .await
         .unwrap_or_else(|e| Err(format!("internal error: {e}")))?;
     let mut done = status_ad(batch, job_status::COMPLETED);
@@ -300,17 +300,48 @@ pub fn sequence_failed(batch: &str, ad: &ClassAd, state: &SequenceState) -> Resu
     Ok((job_status::COMPLETED, failed))
 }
 
-/// Unpacks `path` into `dir` if it is a zip archive (by its content, as BOINC
-/// names outputs freely), with the same rules as BOINC_FETCH_OUTPUT: an entry
-/// that would leave `dir`, or a link, refuses the whole archive.
-fn unpack_if_zip(path: &Path, dir: &Path) -> Result<(), String> {
-    let mut magic = [0u8; 4];
-    let is_zip =
-        std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok() && magic == *b"PK\x03\x04";
-    if !is_zip {
-        return Ok(());
+/// `+remote_BoincUnzipOutputs`: each of `paths` that is a zip archive (by
+/// its content, as BOINC names outputs freely) is unpacked within
+/// `limits`; the files the job named (`expected`: name in an archive,
+/// destination) come from them, and without names the files they hold at
+/// their top, as a runner job's (`runner::made_files`). All are checked
+/// before one is placed.
+fn unpack_outputs(
+    paths: &[PathBuf],
+    dir: &Path,
+    expected: &[(String, PathBuf)],
+    own: &[PathBuf],
+    limits: &UnpackLimits,
+) -> Result<(), String> {
+    let mut unpacked = Vec::new();
+    for path in paths {
+        let mut magic = [0u8; 4];
+        let is_zip =
+            std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic)).is_ok() && magic == *b"PK\x03\x04";
+        if is_zip {
+            let u = unpack::unpack(path, dir, limits).map_err(|e| format!("{} was refused: {e}", path.display()))?;
+            unpacked.push(u);
+        }
     }
-    extract_zip(path, dir).map_err(|e| format!("can't unpack {}: {e}", path.display()))
+    let mut moves = Vec::new();
+    if expected.is_empty() {
+        for u in &unpacked {
+            moves.extend(runner::made_files(u, dir, own, |_| true)?);
+        }
+    }
+    for (name, dest) in expected {
+        let rel = Path::new(name);
+        let src = unpacked.iter().find(|u| u.files.iter().any(|f| f == rel)).map(|u| u.root().join(rel));
+        let src = src.ok_or_else(|| format!("{name} is neither an output of the app nor in its zip outputs"))?;
+        moves.push((src, dest.clone()));
+    }
+    for (_, dest) in &moves {
+        unpack::check_dest(dir, dest).map_err(|e| format!("the job's file {} is not placed: {e}", dest.display()))?;
+    }
+    for (src, dest) in moves {
+        unpack::place(&src, dir, &dest).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// `Err` gets the stderr text; when it is also `Out`, after Out's content.

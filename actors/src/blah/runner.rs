@@ -3,12 +3,14 @@
 //! inputs and environment sent with the executable, and how the runner's
 //! output archive becomes the job's files and exit code.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use gahp_protocol::boinc::Templates;
+
+use crate::config::UnpackLimits;
+use crate::unpack::{self, Unpacked};
 
 /// The runner's inputs and output, by their open names.
 pub const EXE_INPUT: &str = "condor_exec.exe";
@@ -205,79 +207,145 @@ pub fn parse_exit(text: &str) -> Option<Exit> {
 }
 
 /// Where the job's files go after a run: its std streams and the outputs
-/// it names (each a path in the archive, then its destination), or all it
-/// made (`None`) into `iwd`.
+/// it names (each a path in the archive, then its destination), or the
+/// files it made (`None`) into `iwd`; `own` are the job's own files
+/// (executable, inputs, streams), which nothing it made may replace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Placement {
     pub iwd: PathBuf,
     pub out: Option<PathBuf>,
     pub err: Option<PathBuf>,
     pub named: Option<Vec<(String, PathBuf)>>,
+    pub own: Vec<PathBuf>,
 }
 
-/// Unpacks the runner's output archive beside the job's directory and
-/// places each file whole (renamed from the unpacked copy). Returns the
-/// program's exit and its BOINC-side stderr is not touched.
-pub fn place_outputs(archive: &Path, plan: &Placement) -> Result<Exit, String> {
-    let scratch = tempfile::Builder::new()
-        .prefix(".boinc-gahp-out-")
-        .tempdir_in(&plan.iwd)
-        .map_err(|e| format!("can't unpack the outputs in {}: {e}", plan.iwd.display()))?;
-    crate::project::output_fetcher::extract_zip(archive, scratch.path())
-        .map_err(|e| format!("the runner's {OUT_ZIP} can't be unpacked: {e}"))?;
-    let root = scratch.path();
-    let exit_text = fs::read_to_string(root.join(EXIT_FILE))
-        .map_err(|_| format!("the runner's {OUT_ZIP} has no {EXIT_FILE}: the runner app did not run the job as docs/runner.md says"))?;
-    let exit = parse_exit(&exit_text).ok_or_else(|| format!("the runner's {EXIT_FILE} reads {:?}, not an exit code", exit_text.trim()))?;
+/// At most this much of `_condor_exit_code` is read.
+const EXIT_FILE_MAX: u64 = 64;
 
-    let stream = |name: &str| -> Result<Vec<u8>, String> {
-        let mut bytes = Vec::new();
-        if let Ok(mut f) = fs::File::open(root.join(name)) {
-            f.read_to_end(&mut bytes).map_err(|e| format!("can't read the job's {name}: {e}"))?;
-        }
-        Ok(bytes)
-    };
-    let (stdout, stderr) = (stream(STDOUT_FILE)?, stream(STDERR_FILE)?);
-    let write = |dest: &Path, parts: &[&[u8]]| {
-        crate::atomic_file::write_whole(dest, |f| parts.iter().try_for_each(|p| f.write_all(p)))
-            .map_err(|e| format!("can't write {}: {e}", dest.display()))
-    };
-    match (&plan.out, &plan.err) {
-        (Some(o), Some(e)) if o == e => write(o, &[&stdout, &stderr])?,
-        (o, e) => {
-            if let Some(o) = o {
-                write(o, &[&stdout])?;
-            }
-            if let Some(e) = e {
-                write(e, &[&stderr])?;
-            }
-        }
+/// Unpacks the runner's output archive beside the job's directory, within
+/// `limits`, and places each file whole: checked first, then moved, so a
+/// refusal leaves nothing of it in `iwd`. Returns the program's exit.
+pub fn place_outputs(archive: &Path, plan: &Placement, limits: &UnpackLimits) -> Result<Exit, String> {
+    let u = unpack::unpack(archive, &plan.iwd, limits).map_err(|e| format!("the runner's {OUT_ZIP} was refused: {e}"))?;
+    let root = u.root();
+    let top = |name: &str| u.files.iter().any(|f| f.as_os_str() == name);
+    if !top(EXIT_FILE) {
+        return Err(format!("the runner's {OUT_ZIP} has no {EXIT_FILE}: the runner app did not run the job as docs/runner.md says"));
     }
+    let mut exit_text = String::new();
+    let read = fs::File::open(root.join(EXIT_FILE)).and_then(|f| f.take(EXIT_FILE_MAX).read_to_string(&mut exit_text));
+    let exit = read
+        .ok()
+        .and_then(|_| parse_exit(&exit_text))
+        .ok_or_else(|| format!("the runner's {EXIT_FILE} reads {:?}, not an exit code", one_line(&exit_text)))?;
 
-    let moves: Vec<(PathBuf, PathBuf)> = match &plan.named {
+    let moves = match &plan.named {
         Some(named) => {
             let mut moves = Vec::with_capacity(named.len());
             for (name, dest) in named {
-                let src = root.join(name.trim_end_matches('/'));
-                if !name_is_inside(name) || !src.exists() {
+                let rel = Path::new(name.trim_end_matches('/'));
+                if !name_is_inside(name) || !u.files.iter().any(|f| f == rel) {
                     return Err(format!(
                         "the job made no file {name} (transfer_output_files; a runner returns the files the job makes in its directory, not directories: archive a directory in the job)"
                     ));
                 }
-                moves.push((src, dest.clone()));
+                moves.push((root.join(rel), dest.clone()));
             }
             moves
         }
-        None => {
-            let mut names: Vec<_> = fs::read_dir(root).map_err(|e| e.to_string())?.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
-            names.sort();
-            names.into_iter().filter(|n| is_job_output(&n.to_string_lossy())).map(|n| (root.join(&n), plan.iwd.join(&n))).collect()
-        }
+        None => made_files(&u, &plan.iwd, &plan.own, is_job_output)?,
     };
+    let streams: Vec<_> = [plan.out.as_ref(), plan.err.as_ref()].into_iter().flatten().collect();
+    for (_, dest) in &moves {
+        if streams.contains(&dest) {
+            return Err(format!("the job made a file {} that would replace its own output or error file", dest.display()));
+        }
+        unpack::check_dest(&plan.iwd, dest).map_err(|e| format!("the job's file {} is not placed: {e}", dest.display()))?;
+    }
+    for dest in &streams {
+        unpack::check_dest(&plan.iwd, dest).map_err(|e| format!("can't write {}: {e}", dest.display()))?;
+    }
+
+    // The streams are moved, or copied a buffer at a time: never read whole.
+    let (stdout, stderr) = (root.join(STDOUT_FILE), root.join(STDERR_FILE));
+    for p in [&stdout, &stderr] {
+        if !p.is_file() {
+            fs::File::create(p).map_err(|e| format!("can't write in {}: {e}", root.display()))?;
+        }
+    }
+    match (&plan.out, &plan.err) {
+        (Some(o), Some(e)) if o == e => {
+            let cant = |e: io::Error| format!("can't write {}: {e}", o.display());
+            let mut both = tempfile::NamedTempFile::new_in(root).map_err(cant)?;
+            for part in [&stdout, &stderr] {
+                io::copy(&mut fs::File::open(part).map_err(cant)?, both.as_file_mut()).map_err(cant)?;
+            }
+            unpack::place(both.path(), &plan.iwd, o).map_err(|e| e.to_string())?;
+        }
+        (o, e) => {
+            for (src, dest) in [(&stdout, o), (&stderr, e)] {
+                if let Some(dest) = dest {
+                    unpack::place(src, &plan.iwd, dest).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+    }
     for (src, dest) in moves {
-        move_tree(&src, &dest)?;
+        unpack::place(&src, &plan.iwd, &dest).map_err(|e| e.to_string())?;
     }
     Ok(exit)
+}
+
+/// The files a job made that come back when it names none, as HTCondor
+/// brings them back (docs/runner.md "Back on the submit host"): the
+/// regular files at the top of the archive that `is_output` takes, as
+/// `(unpacked, destination in iwd)`. Not a directory, nor a dot-file (a
+/// host must not plant `.bashrc` in a home directory): those are left out
+/// and logged. One that would replace one of the job's `own` files, or an
+/// HTCondor submit file or log already in `iwd`, refuses them all.
+pub fn made_files(u: &Unpacked, iwd: &Path, own: &[PathBuf], is_output: fn(&str) -> bool) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+    let mut moves = Vec::new();
+    let mut left_out = Vec::new();
+    for rel in &u.files {
+        let name = rel.to_string_lossy();
+        if !is_output(&name) {
+            continue;
+        }
+        if rel.components().count() > 1 || name.starts_with('.') {
+            left_out.push(name.into_owned());
+            continue;
+        }
+        let dest = iwd.join(rel);
+        if own.contains(&dest) {
+            return Err(format!("the job made a file {name} that would replace its own {}", dest.display()));
+        }
+        if looks_like_submit_or_log(&name) && fs::symlink_metadata(&dest).is_ok() {
+            return Err(format!(
+                "the job made a file {name}, which would replace the {} already in its directory (a submit file or log, by its name): name it in transfer_output_files to take it",
+                dest.display()
+            ));
+        }
+        moves.push((u.root().join(rel), dest));
+    }
+    left_out.extend(u.dirs.iter().filter(|d| d.components().count() == 1).map(|d| format!("{}/", d.display())));
+    if !left_out.is_empty() {
+        left_out.sort();
+        tracing::info!(
+            dir = %iwd.display(),
+            "not placed (only the top-level files a job made come back unless transfer_output_files names them): {}",
+            left_out.join(", ")
+        );
+    }
+    Ok(moves)
+}
+
+/// HTCondor submit files and job logs, by the names people give them.
+fn looks_like_submit_or_log(name: &str) -> bool {
+    [".sub", ".submit", ".jdl", ".condor", ".log"].iter().any(|ext| name.ends_with(ext))
+}
+
+fn one_line(text: &str) -> String {
+    text.trim().chars().take(EXIT_FILE_MAX as usize).map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
 /// A `transfer_output_files` name stays inside the job's directory.
@@ -286,34 +354,10 @@ fn name_is_inside(name: &str) -> bool {
     !name.is_empty() && p.components().all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
-/// Moves a file, or a directory's files (making its directories), to
-/// `dest`: each file renamed, or copied whole across file systems.
-fn move_tree(src: &Path, dest: &Path) -> Result<(), String> {
-    let meta = fs::symlink_metadata(src).map_err(|e| format!("{}: {e}", src.display()))?;
-    if meta.is_dir() {
-        fs::create_dir_all(dest).map_err(|e| format!("can't make {}: {e}", dest.display()))?;
-        let mut children = BTreeMap::new();
-        for e in fs::read_dir(src).map_err(|e| format!("{}: {e}", src.display()))? {
-            let e = e.map_err(|e| e.to_string())?;
-            children.insert(e.file_name(), e.path());
-        }
-        for (name, path) in children {
-            move_tree(&path, &dest.join(name))?;
-        }
-        return Ok(());
-    }
-    if let Some(parent) = dest.parent() {
-        fs::create_dir_all(parent).map_err(|e| format!("can't make {}: {e}", parent.display()))?;
-    }
-    if fs::rename(src, dest).is_err() {
-        crate::atomic_file::copy_whole(src, dest).map_err(|e| format!("can't write {}: {e}", dest.display()))?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::UnpackLimits;
 
     fn t(inputs: &[&str], outputs: &[&str]) -> Templates {
         Templates { inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: outputs.iter().map(|s| s.to_string()).collect() }
@@ -397,15 +441,14 @@ mod tests {
             ("res/deep.txt", "d"),
         ];
         let zip = runner_zip(dir.path(), &files);
-        let plan = Placement { iwd: iwd.clone(), out: Some(iwd.join("job.out")), err: Some(iwd.join("job.err")), named: None };
-        assert_eq!(place_outputs(&zip, &plan).unwrap(), Exit::Code(3));
+        let plan = Placement { iwd: iwd.clone(), out: Some(iwd.join("job.out")), err: Some(iwd.join("job.err")), named: None, own: vec![] };
+        assert_eq!(place_outputs(&zip, &plan, &UnpackLimits::default()).unwrap(), Exit::Code(3));
         assert_eq!(fs::read_to_string(iwd.join("job.out")).unwrap(), "out\n");
         assert_eq!(fs::read_to_string(iwd.join("job.err")).unwrap(), "err\n");
         assert_eq!(fs::read_to_string(iwd.join("result.txt")).unwrap(), "r");
-        assert_eq!(fs::read_to_string(iwd.join("res/deep.txt")).unwrap(), "d");
         let mut left: Vec<_> = fs::read_dir(&iwd).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
         left.sort();
-        assert_eq!(left, ["job.err", "job.out", "res", "result.txt"], "no BOINC file, no scratch left");
+        assert_eq!(left, ["job.err", "job.out", "result.txt"], "no BOINC file, no directory, no scratch left");
 
         // Named outputs, remapped; output = error gets both.
         let iwd2 = dir.path().join("job2");
@@ -415,18 +458,97 @@ mod tests {
             iwd: iwd2.clone(),
             out: Some(both.clone()),
             err: Some(both.clone()),
-            named: Some(vec![("result.txt".into(), iwd2.join("r.1"))]),
+            named: Some(vec![("result.txt".into(), iwd2.join("r.1")), ("res/deep.txt".into(), iwd2.join("deep.txt"))]),
+            own: vec![],
         };
-        place_outputs(&zip, &plan).unwrap();
+        place_outputs(&zip, &plan, &UnpackLimits::default()).unwrap();
+        assert_eq!(fs::read_to_string(iwd2.join("deep.txt")).unwrap(), "d", "a file in a folder when named");
         assert_eq!(fs::read_to_string(&both).unwrap(), "out\nerr\n");
         assert_eq!(fs::read_to_string(iwd2.join("r.1")).unwrap(), "r");
         assert!(!iwd2.join("res").exists(), "only what the job names");
         let plan = Placement { named: Some(vec![("missing".into(), iwd2.join("m"))]), ..plan };
-        assert!(place_outputs(&zip, &plan).unwrap_err().contains("made no file missing"));
+        let none = UnpackLimits::default();
+        assert!(place_outputs(&zip, &plan, &none).unwrap_err().contains("made no file missing"));
         let plan = Placement { named: Some(vec![("../x".into(), iwd2.join("m"))]), ..plan };
-        assert!(place_outputs(&zip, &plan).is_err());
+        assert!(place_outputs(&zip, &plan, &none).is_err());
+        let plan = Placement { named: Some(vec![("res".into(), iwd2.join("m"))]), ..plan };
+        assert!(place_outputs(&zip, &plan, &none).unwrap_err().contains("made no file res"), "a folder is not a file");
         // No exit code: not a runner's archive.
         let bad = runner_zip(dir.path(), &[("result.txt", "r")]);
-        assert!(place_outputs(&bad, &plan).unwrap_err().contains(EXIT_FILE));
+        assert!(place_outputs(&bad, &plan, &none).unwrap_err().contains(EXIT_FILE));
+    }
+
+    /// What a hostile host sends (issue: a zip that plants dot-files, writes
+    /// through a link the user keeps in Iwd, replaces the job's own files)
+    /// places nothing it should not, and nothing past the job's directory.
+    #[test]
+    fn a_hostile_hosts_archive_reaches_no_further_than_the_jobs_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (iwd, elsewhere) = (dir.path().join("home"), dir.path().join("elsewhere"));
+        fs::create_dir_all(&iwd).unwrap();
+        fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, iwd.join("data")).unwrap();
+        fs::write(iwd.join("job.sub"), "executable = job.sh").unwrap();
+        fs::write(iwd.join("input.txt"), "mine").unwrap();
+        let plan = |own: Vec<PathBuf>| Placement { iwd: iwd.clone(), out: Some(iwd.join("job.out")), err: None, named: None, own };
+        let none = UnpackLimits::default();
+        let listing = || {
+            let mut l: Vec<_> = fs::read_dir(&iwd).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            l.sort();
+            l
+        };
+
+        // Dot-files, a folder tree, a file through the link: only the plain file comes.
+        let zip = runner_zip(
+            dir.path(),
+            &[
+                (EXIT_FILE, "0"),
+                (".bashrc", "evil"),
+                (".ssh/authorized_keys", "evil"),
+                ("sub/dir/deep.txt", "d"),
+                ("data/x", "evil"),
+                ("ok.txt", "ok"),
+            ],
+        );
+        assert_eq!(place_outputs(&zip, &plan(vec![]), &none).unwrap(), Exit::Code(0));
+        assert_eq!(listing(), ["data", "input.txt", "job.out", "job.sub", "ok.txt"]);
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing through the link");
+
+        // A file named like the job's input, its stdout, or its submit file: refused whole.
+        for (name, why) in [("input.txt", "replace its own"), ("job.out", "replace its own"), ("job.sub", "submit file or log")] {
+            let zip = runner_zip(dir.path(), &[(EXIT_FILE, "0"), ("fresh.txt", "f"), (name, "evil")]);
+            let e = place_outputs(&zip, &plan(vec![iwd.join("input.txt"), iwd.join("job.out")]), &none).unwrap_err();
+            assert!(e.contains(why), "{name}: {e}");
+            assert!(!iwd.join("fresh.txt").exists(), "{name}: nothing placed");
+        }
+        assert_eq!(fs::read_to_string(iwd.join("input.txt")).unwrap(), "mine");
+        assert_eq!(fs::read_to_string(iwd.join("job.sub")).unwrap(), "executable = job.sh");
+
+        // A named output through the link is refused, not written there.
+        let zip = runner_zip(dir.path(), &[(EXIT_FILE, "0"), ("x", "evil")]);
+        let named = Placement { named: Some(vec![("x".into(), iwd.join("data/x"))]), ..plan(vec![]) };
+        assert!(place_outputs(&zip, &named, &none).unwrap_err().contains("is a link"));
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+        // A link entry, or a bomb: refused before anything is written.
+        let bomb = dir.path().join("bomb.zip");
+        {
+            let mut z = zip::ZipWriter::new(fs::File::create(&bomb).unwrap());
+            let o = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+            z.start_file(EXIT_FILE, o).unwrap();
+            z.write_all(b"0").unwrap();
+            z.start_file(STDOUT_FILE, o.large_file(true)).unwrap();
+            let block = vec![0u8; 1 << 20];
+            for _ in 0..100 {
+                z.write_all(&block).unwrap();
+            }
+            z.finish().unwrap();
+        }
+        let before = listing();
+        let e = place_outputs(&bomb, &plan(vec![]), &none).unwrap_err();
+        assert!(e.contains("zip bomb"), "{e}");
+        assert_eq!(listing(), before, "nothing half-written, no scratch left");
+        let garbage = runner_zip(dir.path(), &[(EXIT_FILE, &"9".repeat(10_000))]);
+        assert!(place_outputs(&garbage, &plan(vec![]), &none).unwrap_err().contains("not an exit code"));
     }
 }

@@ -15,17 +15,20 @@ use gahp_protocol::gahp::{CommandResult, FetchMode, FetchOutput};
 use gahp_protocol::Authenticator;
 
 use crate::atomic_file;
+use crate::config::UnpackLimits;
 use crate::project::rpc::{Rpc, RpcClient, RpcError};
 use crate::project::ProjectKey;
+use crate::unpack;
 
 pub struct OutputFetcher {
     key: ProjectKey,
     rpc: Addr<RpcClient>,
+    limits: UnpackLimits,
 }
 
 impl OutputFetcher {
-    pub fn new(key: ProjectKey, rpc: Addr<RpcClient>) -> Self {
-        OutputFetcher { key, rpc }
+    pub fn new(key: ProjectKey, rpc: Addr<RpcClient>, limits: UnpackLimits) -> Self {
+        OutputFetcher { key, rpc, limits }
     }
 }
 
@@ -44,9 +47,9 @@ impl Handler<Fetch> for OutputFetcher {
     type Result = ResponseFuture<CommandResult>;
 
     fn handle(&mut self, msg: Fetch, _: &mut Context<Self>) -> Self::Result {
-        let (key, rpc) = (self.key.clone(), self.rpc.clone());
+        let (key, rpc, limits) = (self.key.clone(), self.rpc.clone(), self.limits);
         Box::pin(async move {
-            match fetch(&key, &rpc, &msg.fetch, msg.deadline).await {
+            match fetch(&key, &rpc, &msg.fetch, limits, msg.deadline).await {
                 Ok(r) => r,
                 Err(e) => CommandResult::Error(key.authenticator.redact_in(&e)),
             }
@@ -54,7 +57,13 @@ impl Handler<Fetch> for OutputFetcher {
     }
 }
 
-async fn fetch(key: &ProjectKey, rpc: &Addr<RpcClient>, f: &FetchOutput, deadline: Instant) -> Result<CommandResult, String> {
+async fn fetch(
+    key: &ProjectKey,
+    rpc: &Addr<RpcClient>,
+    f: &FetchOutput,
+    limits: UnpackLimits,
+    deadline: Instant,
+) -> Result<CommandResult, String> {
     let auth = &key.authenticator;
     // Neither answer needs the other: both asked at once (a failure of
     // the templates is the one reported, as when they were asked first).
@@ -83,7 +92,7 @@ async fn fetch(key: &ProjectKey, rpc: &Addr<RpcClient>, f: &FetchOutput, deadlin
         get(0, zip.clone()).await?;
         let target = dir.clone();
         let extracted = tokio::task::spawn_blocking(move || {
-            let r = extract_zip(&zip, &target);
+            let r = unzip_into(&zip, &target, &limits);
             if r.is_ok() {
                 let _ = fs::remove_file(&zip);
             }
@@ -226,31 +235,24 @@ fn move_file(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
-/// Extracts every entry under `dir`; an entry whose path would leave `dir`
-/// (absolute, `..`) or that is a link fails the whole extraction. Each file
-/// is written to a temporary name and renamed, so none is left half-written.
-pub fn extract_zip(zip_path: &Path, dir: &Path) -> Result<(), String> {
-    let file = fs::File::open(zip_path).map_err(|e| e.to_string())?;
-    let mut archive = zip::ZipArchive::new(file).map_err(|e| e.to_string())?;
-    // Check every entry before writing anything.
-    for i in 0..archive.len() {
-        let entry = archive.by_index_raw(i).map_err(|e| e.to_string())?;
-        if entry.enclosed_name().is_none() || entry.is_symlink() {
-            return Err(format!("unsafe entry {:?} in the zip", entry.name()));
-        }
+/// BOINC_FETCH_OUTPUT's unzip (the C daemon runs `unzip` there): the
+/// archive is unpacked within `limits` beside `dir`, then every file is
+/// placed at its path below `dir`, folders made as needed, never through
+/// a link; a path with a dot-file or dot-folder in it is left out (a host
+/// must not plant `.bashrc` in a home directory). All are checked before
+/// one is placed.
+pub fn unzip_into(zip_path: &Path, dir: &Path, limits: &UnpackLimits) -> Result<(), String> {
+    let u = unpack::unpack(zip_path, dir, limits).map_err(|e| e.to_string())?;
+    let hidden = |rel: &Path| rel.components().any(|c| c.as_os_str().to_string_lossy().starts_with('.'));
+    let (files, left_out): (Vec<&PathBuf>, Vec<&PathBuf>) = u.files.iter().partition(|rel| !hidden(rel));
+    if !left_out.is_empty() {
+        tracing::info!(dir = %dir.display(), "not placed (dot-files): {left_out:?}");
     }
-    for i in 0..archive.len() {
-        let mut entry = archive.by_index(i).map_err(|e| e.to_string())?;
-        let rel = entry.enclosed_name().ok_or_else(|| format!("unsafe entry {:?}", entry.name()))?;
-        let out = dir.join(rel);
-        if entry.is_dir() {
-            fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-            continue;
-        }
-        if let Some(parent) = out.parent() {
-            fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        }
-        atomic_file::write_whole(&out, |f| io::copy(&mut entry, f).map(|_| ())).map_err(|e| format!("{}: {e}", out.display()))?;
+    for rel in &files {
+        unpack::check_dest(dir, &dir.join(rel)).map_err(|e| e.to_string())?;
+    }
+    for rel in files {
+        unpack::place(&u.root().join(rel), dir, &dir.join(rel)).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -277,9 +279,29 @@ pub(crate) mod tests {
     fn extracts_inside_the_directory() {
         let dir = tempfile::tempdir().unwrap();
         let z = zip_with(&[("a.txt", b"A"), ("sub/b.txt", b"B")]);
-        extract_zip(z.path(), dir.path()).unwrap();
+        unzip_into(z.path(), dir.path(), &UnpackLimits::default()).unwrap();
         assert_eq!(fs::read(dir.path().join("a.txt")).unwrap(), b"A");
         assert_eq!(fs::read(dir.path().join("sub/b.txt")).unwrap(), b"B");
+    }
+
+    #[test]
+    fn places_no_dot_file_and_nothing_through_a_link() {
+        let t = tempfile::tempdir().unwrap();
+        let (dir, elsewhere) = (t.path().join("job"), t.path().join("elsewhere"));
+        fs::create_dir_all(&dir).unwrap();
+        fs::create_dir_all(&elsewhere).unwrap();
+        let z = zip_with(&[("a.txt", b"A"), (".bashrc", b"evil"), (".ssh/authorized_keys", b"evil")]);
+        unzip_into(z.path(), &dir, &UnpackLimits::default()).unwrap();
+        assert!(dir.join("a.txt").is_file());
+        assert!(!dir.join(".bashrc").exists() && !dir.join(".ssh").exists());
+        std::os::unix::fs::symlink(&elsewhere, dir.join("data")).unwrap();
+        let z = zip_with(&[("b.txt", b"B"), ("data/x", b"evil")]);
+        let e = unzip_into(z.path(), &dir, &UnpackLimits::default()).unwrap_err();
+        assert!(e.contains("is a link"), "{e}");
+        assert!(!dir.join("b.txt").exists(), "nothing placed when one is refused");
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+        let left: Vec<_> = fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 2, "no scratch left: {left:?}");
     }
 
     #[test]
@@ -287,7 +309,7 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         for bad in ["../evil.txt", "/etc/evil.txt", "a/../../evil.txt"] {
             let z = zip_with(&[("ok.txt", b"fine"), (bad, b"evil")]);
-            assert!(extract_zip(z.path(), dir.path()).is_err(), "{bad}");
+            assert!(unzip_into(z.path(), dir.path(), &UnpackLimits::default()).is_err(), "{bad}");
             assert!(!dir.path().join("ok.txt").exists(), "nothing written when one entry is bad");
         }
     }

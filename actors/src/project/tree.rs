@@ -40,7 +40,7 @@ impl ProjectTree {
     pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, stager: Addr<FileStager>, db: StateDb, pools: Option<PoolLink>) -> Self {
         let rpc = RpcClient::new(key.clone(), config.clone()).start();
         let monitor = BatchMonitor::new(key.clone(), config.clone(), rpc.clone()).start();
-        let fetcher = OutputFetcher::new(key.clone(), rpc.clone()).start();
+        let fetcher = OutputFetcher::new(key.clone(), rpc.clone(), config.unpack).start();
         // Starting the tree resumes the account's sequences (after a restart).
         let sequences = SequenceRelocator::new(key.clone(), config.clone(), rpc.clone(), stager.clone(), db.clone(), pools).start();
         let submit_slots = Arc::new(tokio::sync::Semaphore::new(SUBMIT_BATCHES_AT_ONCE));

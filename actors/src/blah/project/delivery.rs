@@ -120,7 +120,8 @@ impl BlahProject {
         };
         job.busy = true;
         let templates = map::choose_app(&ad, &self.config.blah).ok().and_then(|(app, _)| self.templates(&app));
-        Some(Delivery { job: batch.to_string(), ad, templates, completed: self.completed.clone() })
+        let limits = map::unpack_limits(&ad, self.config.unpack);
+        Some(Delivery { job: batch.to_string(), ad, templates, completed: self.completed.clone(), limits })
     }
 
     /// Holds a DONE job the state database has no record of. A release
@@ -217,9 +218,9 @@ impl Delivery {
             }
         };
         let done = if runner::is_runner(&templates) {
-            deliver_runner_done(rpc, key, &self.job, &self.ad, &templates, &completed, zip, deadline).await?
+            deliver_runner_done(rpc, key, &self.job, &self.ad, &templates, &completed, zip, self.limits, deadline).await?
         } else {
-            deliver_done(rpc, key, cfg, &self.job, &self.ad, &templates, &completed, zip, deadline).await?
+            deliver_done(rpc, key, cfg, &self.job, &self.ad, &templates, &completed, zip, self.limits, deadline).await?
         };
         Ok((job_status::COMPLETED, done))
     }

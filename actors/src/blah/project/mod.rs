@@ -47,7 +47,7 @@ use crate::blah::map::{self, JobId, MapError};
 use crate::blah::outputs::held_ad;
 use crate::blah::sequence;
 use crate::blah::store::{self, BlahStore, JobRecord, Phase};
-use crate::config::DaemonConfig;
+use crate::config::{DaemonConfig, UnpackLimits};
 use crate::file_stager::FileStager;
 use crate::project::rpc::{RpcClient, RpcError};
 use crate::project::submit_pipeline::{SubmitError, PROJECT_DOWN};
@@ -604,6 +604,8 @@ struct Delivery {
     ad: ClassAd,
     templates: Option<TemplatesCall>,
     completed: CompletedCache,
+    /// The bounds of its output zips (the config's and its own).
+    limits: UnpackLimits,
 }
 
 /// What one query_batch2 said.
