@@ -27,6 +27,8 @@
 //! Batches are named `rbci_<test>_<tag>` and retired at the end.
 
 mod common;
+#[path = "real_boinc/quorum.rs"]
+mod quorum;
 use common::*;
 use gahp_protocol::classad::{format_args_v2, ClassAd, Value};
 use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
