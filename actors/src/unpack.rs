@@ -104,7 +104,8 @@ pub fn unpack(zip: &Path, beside: &Path, limits: &UnpackLimits) -> Result<Unpack
     }
 
     let write = |e| UnpackError::Write { dir: beside.display().to_string(), source: e };
-    let dir = tempfile::Builder::new().prefix(".boinc-gahp-unpack-").tempdir_in(beside).map_err(write)?;
+    sweep_abandoned(beside);
+    let dir = tempfile::Builder::new().prefix(SCRATCH_PREFIX).tempdir_in(beside).map_err(write)?;
     let (mut files, mut dirs) = (Vec::new(), Vec::new());
     for (i, (rel, is_dir, claimed)) in kinds.into_iter().enumerate() {
         let out = dir.path().join(&rel);
@@ -143,10 +144,31 @@ pub fn unpack(zip: &Path, beside: &Path, limits: &UnpackLimits) -> Result<Unpack
     Ok(Unpacked { dir, files, dirs })
 }
 
+/// The directories [`unpack`] makes (an older daemon's were `.boinc-gahp-out-`).
+const SCRATCH_PREFIX: &str = ".boinc-gahp-unpack-";
+const OLD_SCRATCH_PREFIX: &str = ".boinc-gahp-out-";
+
+/// Removes the unpacking directories in `dir` that a killed daemon left:
+/// those last changed before this process started (a live one of this
+/// process, for another job of the same directory, is newer).
+fn sweep_abandoned(dir: &Path) {
+    static START: std::sync::OnceLock<std::time::SystemTime> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::SystemTime::now);
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let ours = name.to_str().is_some_and(|n| n.starts_with(SCRATCH_PREFIX) || n.starts_with(OLD_SCRATCH_PREFIX));
+        let old = e.metadata().ok().filter(|m| m.is_dir()).and_then(|m| m.modified().ok()).is_some_and(|t| t < start);
+        if ours && old && fs::remove_dir_all(e.path()).is_ok() {
+            tracing::info!(dir = %e.path().display(), "removed an unpacking directory an earlier daemon left");
+        }
+    }
+}
+
 /// The entry count a zip's end record gives (the ZIP64 one when the
 /// classic record says to look there). Read from the last 64 KiB + 22
-/// bytes only.
-fn entry_count(f: &mut File) -> io::Result<u64> {
+/// bytes only: what to check before a zip library reads every entry's
+/// record into memory.
+pub fn entry_count(f: &mut File) -> io::Result<u64> {
     let len = f.metadata()?.len();
     let tail_len = len.min(22 + 65_535);
     f.seek(SeekFrom::Start(len - tail_len))?;
@@ -194,7 +216,7 @@ pub enum PlaceError {
 /// beside it and a rename), reaching `dest` without following a link (see
 /// [`check_dest`]); a missing directory between `base` and `dest` is made.
 pub fn place(src: &Path, base: &Path, dest: &Path) -> Result<(), PlaceError> {
-    walk(base, dest, true)?;
+    prepare_dest(base, dest)?;
     // rename(2) replaces the last part itself, never what it points to.
     if fs::rename(src, dest).is_err() {
         crate::atomic_file::copy_whole(src, dest).map_err(|e| PlaceError::Write { path: dest.display().to_string(), source: e })?;
@@ -209,6 +231,13 @@ pub fn place(src: &Path, base: &Path, dest: &Path) -> Result<(), PlaceError> {
 /// is the submitter's own path: only its last part is checked.
 pub fn check_dest(base: &Path, dest: &Path) -> Result<(), PlaceError> {
     walk(base, dest, false)
+}
+
+/// [`check_dest`], making each missing directory between `base` and
+/// `dest` on the way: then a file written beside `dest` and renamed over
+/// it lands there and nowhere else.
+pub fn prepare_dest(base: &Path, dest: &Path) -> Result<(), PlaceError> {
+    walk(base, dest, true)
 }
 
 fn walk(base: &Path, dest: &Path, make: bool) -> Result<(), PlaceError> {
@@ -347,6 +376,20 @@ mod tests {
     }
 
     #[test]
+    fn a_killed_daemons_unpacking_directory_is_removed_and_a_live_one_kept() {
+        let t = tempfile::tempdir().unwrap();
+        let z = zip_of(t.path(), &[("a", b"1")]);
+        let live = unpack(&z, t.path(), &UnpackLimits::default()).unwrap();
+        let left = t.path().join(format!("{SCRATCH_PREFIX}dead"));
+        fs::create_dir_all(left.join("sub")).unwrap();
+        let long_ago = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        File::open(&left).unwrap().set_modified(long_ago).unwrap();
+        let _next = unpack(&z, t.path(), &UnpackLimits::default()).unwrap();
+        assert!(!left.exists(), "a directory older than this process is gone");
+        assert!(live.root().exists(), "this process's own is kept");
+    }
+
+    #[test]
     fn counts_entries_from_the_end_record() {
         let t = tempfile::tempdir().unwrap();
         let z = zip_of(t.path(), &[("a", b"1"), ("b", b"2"), ("c/", b"")]);
@@ -354,6 +397,41 @@ mod tests {
         fs::write(t.path().join("junk"), b"not a zip at all").unwrap();
         assert!(entry_count(&mut File::open(t.path().join("junk")).unwrap()).is_err());
         assert!(matches!(unpack(&t.path().join("junk"), t.path(), &UnpackLimits::default()), Err(UnpackError::Unreadable(_))));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+        /// Whatever bytes a host sends, and whatever it changes in a real
+        /// zip, unpacking ends in a refusal or in files within the bounds,
+        /// never in a panic, and leaves nothing behind on a refusal.
+        #[test]
+        fn any_bytes_unpack_within_bounds_or_are_refused(
+            junk in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            flips in proptest::collection::vec((0usize..4096, proptest::prelude::any::<u8>()), 0..8),
+        ) {
+            let t = tempfile::tempdir().unwrap();
+            let small = UnpackLimits { max_entries: 8, max_bytes: 4096, max_ratio: 200 };
+            let p = t.path().join("junk.zip");
+            fs::write(&p, &junk).unwrap();
+            let _ = unpack(&p, t.path(), &small);
+            let z = zip_of(t.path(), &[("a", &[b'a'; 300]), ("d/", b""), ("d/b", b"bbbb")]);
+            let mut bytes = fs::read(&z).unwrap();
+            for (at, b) in &flips {
+                let n = bytes.len();
+                bytes[at % n] = *b;
+            }
+            fs::write(&z, &bytes).unwrap();
+            match unpack(&z, t.path(), &small) {
+                Ok(u) => {
+                    let total: u64 = u.files.iter().map(|f| fs::metadata(u.root().join(f)).unwrap().len()).sum();
+                    proptest::prop_assert!(total <= small.max_bytes && u.files.len() + u.dirs.len() <= 8);
+                }
+                Err(_) => {
+                    let dirs = fs::read_dir(t.path()).unwrap().flatten().filter(|e| e.path().is_dir()).count();
+                    proptest::prop_assert_eq!(dirs, 0, "a refusal leaves no directory");
+                }
+            }
+        }
     }
 
     #[test]

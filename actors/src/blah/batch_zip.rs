@@ -105,7 +105,13 @@ impl BatchZip {
     /// indexed, and one named twice is left to the job-by-job path.
     pub fn open(file: NamedTempFile, jobs: &HashSet<String>) -> Result<BatchZip, BatchZipError> {
         let unreadable = |e: &dyn std::fmt::Display| BatchZipError::Unreadable(e.to_string());
-        let mut archive = ZipArchive::new(file.reopen().map_err(|e| unreadable(&e))?).map_err(|e| unreadable(&e))?;
+        let mut f = file.reopen().map_err(|e| unreadable(&e))?;
+        // Counted before the library reads every entry's record.
+        let listed = crate::unpack::entry_count(&mut f).map_err(|e| unreadable(&e))?;
+        if listed > MAX_ENTRIES as u64 {
+            return Err(BatchZipError::TooManyEntries(listed as usize));
+        }
+        let mut archive = ZipArchive::new(f).map_err(|e| unreadable(&e))?;
         if archive.len() > MAX_ENTRIES {
             return Err(BatchZipError::TooManyEntries(archive.len()));
         }

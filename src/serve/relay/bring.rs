@@ -7,6 +7,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use gahp_actors::blah::map::dir_token_of;
+use gahp_actors::unpack;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::escape::split_args;
 use gahp_protocol::gahp::{BlahResult, CommandResult, ReqId};
@@ -92,18 +93,12 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             let renamed = name.strip_prefix(".r").and_then(|i| i.parse::<usize>().ok()).and_then(|i| dsts.get(i));
             let dest = match renamed {
                 Some(dst) => dir.join(dst),
-                None if stays_below(Path::new(&name)) => {
-                    let dest = dir.join(&name);
-                    // Below the directory asked for: a zip's folders.
-                    if name.contains('/') {
-                        if let Some(parent) = dest.parent() {
-                            std::fs::create_dir_all(parent).map_err(|e| format!("can't make {}: {e}", parent.display()))?;
-                        }
-                    }
-                    dest
-                }
+                // Below the directory asked for (a zip's folders), and no
+                // dot-file: as the daemon itself places them.
+                None if stays_below(Path::new(&name)) && !hidden(&name) => dir.join(&name),
                 None => continue,
             };
+            unpack::prepare_dest(dir, &dest).map_err(|e| e.to_string())?;
             self.link.get_to(&from, &dest).await?;
         }
         Ok(())
@@ -133,7 +128,9 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             if !stays_below(Path::new(name.as_ref())) {
                 return Err(format!("{name} is not below {}: not written", dir.display()));
             }
-            self.link.get_to(&format!("{remote}/{name}"), &dir.join(name.as_ref())).await?;
+            let dest = dir.join(name.as_ref());
+            unpack::prepare_dest(dir, &dest).map_err(|e| e.to_string())?;
+            self.link.get_to(&format!("{remote}/{name}"), &dest).await?;
         }
         Ok(())
     }
@@ -150,6 +147,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             return Ok(());
         }
         let m: Manifest = serde_json::from_slice(&text).map_err(|e| format!("the job's record in {remote} is damaged: {e}"))?;
+        // Every destination is checked before one file is brought.
+        let mut brought = Vec::new();
         for name in self.link.list(&remote).await? {
             if name == MANIFEST || name.starts_with("in/") {
                 continue;
@@ -160,7 +159,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 m.err.clone()
             } else if let Some(i) = name.strip_prefix(REMAPS).and_then(|r| r.strip_prefix('/')) {
                 i.parse::<usize>().ok().and_then(|i| m.remaps.get(i).cloned())
-            } else if stays_below(Path::new(&name)) {
+            } else if stays_below(Path::new(&name)) && !hidden(&name) {
                 Some(m.iwd.join(&name))
             } else {
                 None
@@ -170,11 +169,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             if !below_iwd && Some(&dest) != m.out.as_ref() && Some(&dest) != m.err.as_ref() {
                 return Err(format!("{} is not below the job's Iwd {}: not written", dest.display(), m.iwd.display()));
             }
-            if below_iwd {
-                if let Some(parent) = dest.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| format!("can't make {}: {e}", parent.display()))?;
-                }
-            }
+            unpack::check_dest(&m.iwd, &dest).map_err(|e| e.to_string())?;
+            brought.push((name, dest));
+        }
+        for (name, dest) in brought {
+            unpack::prepare_dest(&m.iwd, &dest).map_err(|e| e.to_string())?;
             self.link.get_to(&format!("{remote}/{name}"), &dest).await?;
         }
         Ok(())
@@ -195,6 +194,12 @@ fn stderr_sending(name: &str) -> Option<u32> {
 /// completed job.
 fn completed(args: &[Vec<u8>]) -> bool {
     args.get(1).is_some_and(|c| c == b"0") && args.get(3).is_some_and(|s| s == job_status::COMPLETED.to_string().as_bytes())
+}
+
+/// A path with a dot-file or dot-folder in it (a host must not plant
+/// `.bashrc` in a home directory).
+fn hidden(rel: &str) -> bool {
+    rel.split('/').any(|part| part.starts_with('.'))
 }
 
 /// `rel` is relative and stays below where it starts.
