@@ -305,7 +305,7 @@ fn argv_of_builtin_and_custom_apps() {
     assert_eq!(argv, os(&["/opt/sim", APP_ENTRY_ARG, "uppercase", "--fail", "3", "a b"]));
     let c = custom(&[], &[], &["/bin/echo", "x"]);
     assert_eq!(c.argv(Path::new("/opt/sim"), "").unwrap(), os(&["/bin/echo", "x"]));
-    assert!(custom(&[], &[], &[]).argv(Path::new("/x"), "").is_none());
+    assert!(custom(&[], &[], &[]).argv(Path::new("/x"), "").is_err());
 }
 
 // ---- command line and stderr ----

@@ -23,6 +23,22 @@
 //! takes the character after an opening quote into the word unlooked-at,
 //! so `''` does not close: seen on a real server, it swallows the rest of
 //! the line), nor a NUL (the app's argv is C strings).
+//!
+//! Nor may the command line be longer than the hands on the volunteer's
+//! host keep: they cut it silently and the app runs with what is left.
+//! Read in BOINC's source (client 7.20.5 and master c5c6cb7 alike) and
+//! seen on a real server (`docs/arguments.md`):
+//! - the client (`ACTIVE_TASK::start`, client/app_start.cpp, Unix) splits
+//!   the line into `char* argv[100]` after the program's path, a NULL after
+//!   the last word, two more slots taken under account sandboxing, and the
+//!   splitter counts nothing: [`CLIENT_MAX_WORDS`] for every app;
+//! - BOINC's wrapper, which a runner app is (`TASK::run`,
+//!   samples/wrapper/wrapper.cpp), rewrites `boinc_resolve(NAME)` into a
+//!   file's path, keeps [`WRAPPER_MAX_BYTES`] of its task's command line
+//!   (`char arglist[4096]`) and splits that into `char* argv[256]`.
+//!
+//! The limits count what those hands see: the arguments themselves (after
+//! the client's unescape and split), not the encoded text.
 
 use std::fmt::{self, Write};
 
@@ -48,15 +64,75 @@ impl fmt::Display for Uncarriable {
     }
 }
 
-/// An argument of a job that BOINC cannot carry: which one and why. One
-/// line, however long or strange the argument.
+/// Arguments of a job that BOINC cannot carry, or would cut on the way to
+/// the app. One line, however long or strange the argument.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("argument {position} ({}) can't be passed to a BOINC app: {why}", shown(arg))]
-pub struct ArgRefused {
-    /// 1-based position among the job's arguments.
-    pub position: usize,
-    pub arg: String,
-    pub why: Uncarriable,
+pub enum ArgRefused {
+    #[error("argument {position} ({}) can't be passed to a BOINC app: {why}", shown(arg))]
+    Uncarriable {
+        /// 1-based position among the job's arguments.
+        position: usize,
+        arg: String,
+        why: Uncarriable,
+    },
+    #[error(
+        "the job has {} arguments, and a BOINC client passes an app at most {CLIENT_MAX_WORDS} \
+         (its argv array, client/app_start.cpp); it would lose the rest",
+        thousands(*words)
+    )]
+    ClientWords { words: usize },
+    #[error(
+        "the arguments are {} bytes on the command line of BOINC's wrapper (app {app} is a runner), \
+         which keeps {} (samples/wrapper/wrapper.cpp) and cuts the rest",
+        thousands(*bytes),
+        thousands(WRAPPER_MAX_BYTES)
+    )]
+    WrapperBytes { app: String, bytes: usize },
+    #[error(
+        "the job has {} arguments, and BOINC's wrapper (app {app} is a runner) passes its task at most {WRAPPER_MAX_WORDS} \
+         (samples/wrapper/wrapper.cpp); it would lose the rest",
+        thousands(*words)
+    )]
+    WrapperWords { app: String, words: usize },
+    #[error(
+        "argument {position} ({}) holds \"{WRAPPER_RESOLVE}\", which BOINC's wrapper (app {app} is a runner) \
+         replaces with the path of a file",
+        shown(arg)
+    )]
+    WrapperResolve { app: String, position: usize, arg: String },
+}
+
+/// The most words a BOINC client passes an app: its `argv[100]` holds the
+/// program's path, the words and a NULL (98), and under account sandboxing
+/// (BOINC's Mac installer sets it up) the switcher's two words besides.
+/// Words past the array are written over the client's stack: seen on the
+/// real server, `docs/arguments.md`. An app version's own words (a plan
+/// class's `--nthreads`, `--device`) take from the same array.
+pub const CLIENT_MAX_WORDS: usize = 96;
+
+/// The bytes of its task's command line BOINC's wrapper keeps: `strlcpy`
+/// into `char arglist[4096]`.
+pub const WRAPPER_MAX_BYTES: usize = 4095;
+
+/// The most words BOINC's wrapper passes its task: its `argv[256]` holds the
+/// task's program, the words and a NULL.
+pub const WRAPPER_MAX_WORDS: usize = 254;
+
+/// What BOINC's wrapper replaces, with what follows up to the next `)`, by
+/// the path of the file of that name (and exits if no `)` follows).
+pub const WRAPPER_RESOLVE: &str = "boinc_resolve(";
+
+/// `n` with a comma every three digits, as the hold reasons write sizes.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
 }
 
 /// The argument as Rust debug text (escapes keep it on one line), cut to
@@ -74,6 +150,13 @@ pub fn is_c_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
 }
 
+/// Whether a word must be grouped in quotes to stay one word through
+/// BOINC's splitter (and the runner's `runner_main.sh`, which groups the
+/// same words for the wrapper).
+fn must_group(arg: &str) -> bool {
+    arg.chars().any(is_c_space) || arg.starts_with(['\'', '"'])
+}
+
 /// One argument as the text of its word in the stored command line: the
 /// word the client must split (grouped when needed), with every character
 /// that `create_work` or its SQL would spoil as a character reference.
@@ -84,7 +167,7 @@ pub fn quote_arg(arg: &str) -> Result<String, Uncarriable> {
     if arg.contains('\0') {
         return Err(Uncarriable::Nul);
     }
-    let grouped = arg.chars().any(is_c_space) || arg.starts_with(['\'', '"']);
+    let grouped = must_group(arg);
     let quote = match (grouped, arg.contains('\''), arg.contains('"')) {
         (false, _, _) => None,
         (true, false, _) => Some('\''),
@@ -123,9 +206,43 @@ fn push_ref(out: &mut String, c: char) {
 }
 
 /// Every argument quoted by [`quote_arg`]; the first that cannot be carried
-/// refuses the whole job.
+/// refuses the whole job, and so do more words than a client passes.
 pub fn quote_args(args: &[String]) -> Result<Vec<String>, ArgRefused> {
-    args.iter().enumerate().map(|(i, a)| quote_arg(a).map_err(|why| ArgRefused { position: i + 1, arg: a.clone(), why })).collect()
+    let words = args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| quote_arg(a).map_err(|why| ArgRefused::Uncarriable { position: i + 1, arg: a.clone(), why }))
+        .collect::<Result<Vec<_>, _>>()?;
+    if args.len() > CLIENT_MAX_WORDS {
+        return Err(ArgRefused::ClientWords { words: args.len() });
+    }
+    Ok(words)
+}
+
+/// The length in bytes of the command line BOINC's wrapper builds for its
+/// task from a runner's arguments: `runner_main.sh` groups a word as
+/// [`quote_arg`] does (two quotes), and the wrapper puts a space before
+/// each word (`append_cmdline_args`).
+pub fn wrapper_line_len(args: &[String]) -> usize {
+    args.iter().map(|a| 1 + a.len() + if must_group(a) { 2 } else { 0 }).sum()
+}
+
+/// Whether a runner app's task (BOINC's wrapper running it) gets these
+/// arguments as they are: none rewritten by `boinc_resolve(`, the line
+/// within [`WRAPPER_MAX_BYTES`], the words within [`WRAPPER_MAX_WORDS`].
+/// `app` names the runner in the refusal.
+pub fn fits_wrapper(app: &str, args: &[String]) -> Result<(), ArgRefused> {
+    if let Some(i) = args.iter().position(|a| a.contains(WRAPPER_RESOLVE)) {
+        return Err(ArgRefused::WrapperResolve { app: app.to_string(), position: i + 1, arg: args[i].clone() });
+    }
+    let bytes = wrapper_line_len(args);
+    if bytes > WRAPPER_MAX_BYTES {
+        return Err(ArgRefused::WrapperBytes { app: app.to_string(), bytes });
+    }
+    if args.len() > WRAPPER_MAX_WORDS {
+        return Err(ArgRefused::WrapperWords { app: app.to_string(), words: args.len() });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -133,7 +250,7 @@ mod tests {
     use super::*;
     // The oracle is what the simulated project's hosts do, as a real
     // BOINC client does: unescape the stored text, then split it.
-    use boinc_sim::apps::{split_command_line as split, xml_unescape};
+    use boinc_sim::apps::{client_words, split_command_line as split, wrapper_words, xml_unescape, CLIENT_ARGV_WORDS};
 
     /// What the app's argv would be on a real server, from the text PHP
     /// receives: create_work's split of the PHP wrapper (it must stay one
@@ -188,7 +305,7 @@ mod tests {
         assert!(quote_arg("a'b\"c").is_ok(), "no grouping needed");
         let args = vec!["ok".to_string(), "it's \"here\"".into()];
         let e = quote_args(&args).unwrap_err();
-        assert_eq!(e.position, 2);
+        assert!(matches!(e, ArgRefused::Uncarriable { position: 2, .. }), "{e:?}");
         assert!(e.to_string().starts_with("argument 2 (\"it's \\\"here\\\"\") can't be passed to a BOINC app: "), "{e}");
     }
 
@@ -198,5 +315,114 @@ mod tests {
         let e = quote_args(&[long]).unwrap_err().to_string();
         assert!(!e.contains('\n') && e.len() < 300, "{e}");
         assert!(e.contains("...) can't be passed"), "{e}");
+    }
+
+    fn strings(words: &[&str]) -> Vec<String> {
+        words.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// The words the app gets on a real client (the sim's client is the
+    /// oracle), from what the daemon stores.
+    fn at_the_app(args: &[String]) -> Result<Vec<String>, String> {
+        client_words(&quote_args(args).unwrap().join(" "))
+    }
+
+    #[test]
+    fn as_many_words_as_any_client_passes_and_no_more() {
+        let words = |n: usize| (1..=n).map(|i| format!("w{i}")).collect::<Vec<_>>();
+        let kept = words(CLIENT_MAX_WORDS);
+        assert_eq!(at_the_app(&kept).unwrap(), kept);
+        // A client without sandboxing holds two more; no job counts on them.
+        assert!(quote_args(&words(CLIENT_ARGV_WORDS)).is_err());
+        let e = quote_args(&words(CLIENT_MAX_WORDS + 1)).unwrap_err();
+        assert_eq!(e, ArgRefused::ClientWords { words: 97 });
+        assert_eq!(
+            e.to_string(),
+            "the job has 97 arguments, and a BOINC client passes an app at most 96 (its argv array, client/app_start.cpp); \
+             it would lose the rest"
+        );
+        // The real client's array ends after 98: the sim's client stops there.
+        assert!(client_words(&words(CLIENT_ARGV_WORDS).join(" ")).is_ok());
+        assert!(client_words(&words(CLIENT_ARGV_WORDS + 1).join(" ")).is_err());
+        // A word the client splits is counted as the app sees it: one.
+        let grouped = vec!["two words".to_string(); CLIENT_MAX_WORDS];
+        assert_eq!(at_the_app(&grouped).unwrap(), grouped);
+    }
+
+    /// Arguments whose wrapper line is `bytes` long: grouped words (two
+    /// quotes each), a two-byte character, and plain words.
+    fn wrapper_line_of(bytes: usize) -> Vec<String> {
+        let mut args = strings(&["two words", "caf\u{e9}", "'quoted", "it's here"]);
+        let used = wrapper_line_len(&args);
+        // One more word of 99 bytes (100 with its space) while they fit.
+        let mut left = bytes - used;
+        while left > 100 + 1 {
+            args.push("x".repeat(99));
+            left -= 100;
+        }
+        args.push("y".repeat(left - 1));
+        assert_eq!(wrapper_line_len(&args), bytes);
+        args
+    }
+
+    #[test]
+    fn the_wrapper_line_counts_what_the_wrapper_keeps() {
+        let kept = wrapper_line_of(WRAPPER_MAX_BYTES);
+        assert_eq!(fits_wrapper("runner", &kept), Ok(()));
+        // The sim's wrapper, as the real one, gives the task every word.
+        let task = wrapper_words(&at_the_app(&kept).unwrap()).unwrap();
+        assert_eq!(task, kept);
+
+        let cut = wrapper_line_of(WRAPPER_MAX_BYTES + 1);
+        let e = fits_wrapper("runner", &cut).unwrap_err();
+        assert_eq!(e, ArgRefused::WrapperBytes { app: "runner".into(), bytes: 4096 });
+        assert_eq!(
+            e.to_string(),
+            "the arguments are 4,096 bytes on the command line of BOINC's wrapper (app runner is a runner), \
+             which keeps 4,095 (samples/wrapper/wrapper.cpp) and cuts the rest"
+        );
+        // There the last byte is lost.
+        let task = wrapper_words(&at_the_app(&cut).unwrap()).unwrap();
+        assert_ne!(task, cut);
+        assert_eq!(task.last().map(String::len), cut.last().map(|w| w.len() - 1));
+    }
+
+    #[test]
+    fn as_many_words_as_the_wrapper_passes_and_no_more() {
+        let words = |n: usize| vec!["a".to_string(); n];
+        let kept = words(WRAPPER_MAX_WORDS);
+        assert_eq!(fits_wrapper("runner", &kept), Ok(()));
+        assert_eq!(wrapper_words(&kept).unwrap(), kept);
+        let cut = words(WRAPPER_MAX_WORDS + 1);
+        assert_eq!(fits_wrapper("runner", &cut), Err(ArgRefused::WrapperWords { app: "runner".into(), words: 255 }));
+        assert_eq!(wrapper_words(&cut).unwrap().len(), WRAPPER_MAX_WORDS);
+    }
+
+    #[test]
+    fn boinc_resolve_in_an_argument_is_refused_for_a_runner() {
+        let args = strings(&["alpha", "pre-boinc_resolve(foo)-post", "two words"]);
+        // As seen on the real server: the wrapper puts the file's path in.
+        assert_eq!(wrapper_words(&at_the_app(&args).unwrap()).unwrap(), ["alpha", "pre-foo-post", "two words"]);
+        let e = fits_wrapper("runner", &args).unwrap_err();
+        assert_eq!(e, ArgRefused::WrapperResolve { app: "runner".into(), position: 2, arg: args[1].clone() });
+        assert_eq!(
+            e.to_string(),
+            "argument 2 (\"pre-boinc_resolve(foo)-post\") holds \"boinc_resolve(\", which BOINC's wrapper \
+             (app runner is a runner) replaces with the path of a file"
+        );
+        // Without a `)` the wrapper gives up.
+        assert!(wrapper_words(&strings(&["boinc_resolve(x"])).is_err());
+        assert!(fits_wrapper("runner", &strings(&["boinc_resolve(x"])).is_err());
+        // Near misses pass, and any app but a runner takes the word.
+        assert_eq!(fits_wrapper("runner", &strings(&["boinc_resolve", "resolve(x)", "BOINC_RESOLVE(x)"])), Ok(()));
+        assert!(quote_args(&args).is_ok());
+    }
+
+    #[test]
+    fn sizes_are_written_with_thousands() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(4095), "4,095");
+        assert_eq!(thousands(1_234_567), "1,234,567");
     }
 }

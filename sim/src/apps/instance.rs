@@ -193,7 +193,7 @@ pub async fn run_instance_with(
     for n in &app.outputs {
         check_logical_name("output", n)?;
     }
-    let argv = app.argv(exe, command_line).ok_or_else(|| invalid(format!("app {} has an empty command", app.name)))?;
+    let argv = app.argv(exe, command_line).map_err(invalid)?;
 
     tokio::fs::create_dir_all(workdir).await?;
     for (src, name) in inputs.iter().zip(&app.inputs) {

@@ -27,7 +27,9 @@ use std::path::Path;
 
 pub(crate) use builtin::AppLog;
 pub use builtin::{app_entry_from_env, app_main, app_main_in};
-pub use command_line::{split_command_line, xml_unescape};
+pub use command_line::{
+    client_words, split_command_line, wrapper_words, xml_unescape, CLIENT_ARGV_WORDS, WRAPPER_ARGLIST_BYTES, WRAPPER_ARGV_WORDS,
+};
 pub use instance::{run_instance, run_instance_with, wrap_stderr, InstanceRun};
 pub use stepper::{stepper_next, StepError, StepState};
 
@@ -199,15 +201,16 @@ impl AppSpec {
     }
 
     /// The argv of one run: the built-in entry or `command`, then the job's
-    /// args unescaped and split as a BOINC client does. `None` if `command` is an empty list.
-    pub fn argv(&self, exe: &Path, command_line: &str) -> Option<Vec<OsString>> {
+    /// args unescaped and split as a BOINC client does ([`client_words`]).
+    /// `Err` if `command` is an empty list or the client could not pass the words.
+    pub fn argv(&self, exe: &Path, command_line: &str) -> Result<Vec<OsString>, String> {
         let mut argv: Vec<OsString> = match &self.command {
             None => vec![exe.as_os_str().to_owned(), APP_ENTRY_ARG.into(), self.name.clone().into()],
-            Some(cmd) if cmd.is_empty() => return None,
+            Some(cmd) if cmd.is_empty() => return Err(format!("app {} has an empty command", self.name)),
             Some(cmd) => cmd.iter().map(OsString::from).collect(),
         };
-        argv.extend(split_command_line(&xml_unescape(command_line)).into_iter().map(OsString::from));
-        Some(argv)
+        argv.extend(client_words(command_line)?.into_iter().map(OsString::from));
+        Ok(argv)
     }
 }
 
