@@ -257,3 +257,66 @@ fn a_blah_job_through_connect_gets_its_inputs_there_and_its_outputs_back_and_unk
     // Its own completed job is still answered.
     assert_eq!(blah(&mut g, BlahCommand::JobStatus { job_id: id })[2], "4");
 }
+
+/// What `connect` brings down is checked as the daemon checks a host's
+/// zip (issue 45): a served job's area holding a dot-file and a file
+/// below a folder that is a link in the local `Iwd` (as a server gone bad
+/// would leave them) gets no dot-file placed and nothing written through
+/// the link; the status says why until the area is clean.
+#[test]
+fn connect_brings_no_dot_file_and_writes_through_no_link_in_iwd() {
+    let sim = Sim::start();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    let alice = add_client(dir.path(), &tokens, &sim, "alice");
+    let s = serve(dir.path(), &tokens, &[]);
+    let iwd = dir.path().join("home");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&iwd).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, iwd.join("data")).unwrap();
+    std::fs::write(iwd.join("input.txt"), "b a b\n").unwrap();
+    let mut g = s.connect(&alice, dir.path(), &[]);
+    g.command_line(b"ASYNC_MODE_ON").unwrap();
+    let job_dir = "home_bl_127.0.0.1_9618_vm_8.0_1795253890";
+    let ad: ClassAd = gahp_testkit::blah_job_ad(
+        &iwd,
+        job_dir,
+        &[
+            ("TransferInput", str_value(&iwd.join("input.txt").display().to_string())),
+            ("TransferOutput", str_value("counts")),
+            ("BoincApp", str_value("wordcount")),
+        ],
+    );
+    let r = blah(&mut g, BlahCommand::JobSubmit { ad });
+    assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+    let id = r[2].clone();
+    let area = transfer(&s, "alice").join("blah").join(job_dir);
+    eventually("the job's area is made", || area.is_dir());
+    std::fs::write(area.join(".bashrc"), "evil").unwrap();
+    std::fs::create_dir_all(area.join("data")).unwrap();
+    std::fs::write(area.join("data/x"), "evil").unwrap();
+    let status = |g: &mut GahpClient| loop {
+        let r = blah(g, BlahCommand::JobStatus { job_id: id.clone() });
+        if !(r[0] == "0" && (r[2] == "1" || r[2] == "2")) {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(150));
+    };
+    let until = Instant::now() + WAIT;
+    let refused = loop {
+        let r = status(&mut g);
+        if r[0] == "1" {
+            break r;
+        }
+        assert!(Instant::now() < until && r[2] != "4", "the link was not refused: {r:?}");
+    };
+    assert!(refused[1].contains("is a link"), "{refused:?}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+    assert!(!iwd.join("counts").exists(), "nothing brought before every destination is checked");
+    std::fs::remove_dir_all(area.join("data")).unwrap();
+    let done = status(&mut g);
+    assert_eq!((done[0].as_str(), done[2].as_str()), ("0", "4"), "{done:?}");
+    assert_eq!(std::fs::read_to_string(iwd.join("counts")).unwrap(), "a 1\nb 2\n");
+    assert!(!iwd.join(".bashrc").exists(), "no dot-file brought");
+}
