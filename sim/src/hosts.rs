@@ -375,6 +375,12 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
     let keep_outputs = store::batch_by_id(c, x.batch)?.map(|b| b.state != store::BATCH_RETIRED).unwrap_or(false);
     let wu = store::wu_by_id(c, x.workunitid)?;
     let app = wu.as_ref().and_then(|w| ctx.app_by_id(w.appid));
+    // A hostile host sends an output zip of its own (the fault plan's
+    // hostile_outputs, hostile.rs), before anything reads it.
+    let mut r = r;
+    if let (Some(w), Some(a), RunOutcome::Ran(run)) = (&wu, app, &mut r.outcome) {
+        crate::hostile::tamper(ctx, &a.spec, w, &x, run);
+    }
     let optional = |i: usize| app.is_some_and(|a| a.spec.output_is_optional(i));
     let (outcome, exit_status, stderr, outputs, hash) = match r.outcome {
         RunOutcome::HostError(msg) => {

@@ -25,6 +25,7 @@ mod ctx;
 pub mod faults;
 mod files;
 mod form;
+pub mod hostile;
 mod hosts;
 mod http;
 mod introspect;

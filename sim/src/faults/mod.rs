@@ -172,6 +172,12 @@ impl Faults {
         fault
     }
 
+    /// Adds one to the tally of `key` (what [`injected`](Self::injected)
+    /// shows), for faults drawn elsewhere: a hostile host's output.
+    pub(crate) fn count_injected(&self, key: &str) {
+        *self.lock().injected.entry(key.to_string()).or_insert(0) += 1;
+    }
+
     /// Replies of `stall_body` or `drip_body` still holding their
     /// connection: back to 0 once their clients have gone away.
     pub fn held_bodies(&self) -> u64 {

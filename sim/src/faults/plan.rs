@@ -133,6 +133,9 @@ pub struct FaultPlan {
     pub seed: u64,
     pub rules: BTreeMap<String, FaultRule>,
     pub script: Vec<ScriptedFault>,
+    /// Hosts that send hostile outputs for runner jobs (crate::hostile).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hostile_outputs: Option<crate::hostile::HostileOutputs>,
 }
 
 /// Why a fault plan was rejected.
@@ -153,6 +156,8 @@ pub enum FaultPlanError {
     Endpoint(String),
     #[error("scripted fault #{index} ({endpoint:?}): nth must be at least 1")]
     Nth { index: usize, endpoint: String },
+    #[error("{0}")]
+    Hostile(String),
 }
 
 /// Checks an endpoint pattern: `*`, `<script>:*` or `<script>:<rpc>`, with
@@ -187,6 +192,9 @@ impl FaultPlan {
 
     /// Checks probabilities, durations, endpoint patterns and `nth`.
     pub fn validate(&self) -> Result<(), FaultPlanError> {
+        if let Some(h) = &self.hostile_outputs {
+            h.validate().map_err(FaultPlanError::Hostile)?;
+        }
         for (endpoint, rule) in &self.rules {
             if !valid_pattern(endpoint) {
                 return Err(FaultPlanError::Endpoint(endpoint.clone()));
