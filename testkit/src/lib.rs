@@ -13,7 +13,7 @@ pub mod sim_process;
 pub mod tmpfs;
 
 pub use blah_ad::blah_job_ad;
-pub use boinc_client::{BoincClient, Nudger};
+pub use boinc_client::{BoincClient, ClientTask, Nudger};
 pub use gahp_client::GahpClient;
 pub use sim_process::{http, SimProcess};
 pub use tmpfs::PrivateTmpfs;
