@@ -86,6 +86,10 @@ pub struct HostSpec {
     /// Probability that an instance never reports back (the host vanishes
     /// with it; it times out at its deadline).
     pub lost_rate: f64,
+    /// Probability that the host lies about an instance it ran: it changes
+    /// one output (a runner's `_condor_stdout`, another app's first output)
+    /// in a way of its own, so that no two liars agree.
+    pub lie_rate: f64,
     /// The project user who owns the hosts (jobs targeted at a user run on
     /// that user's hosts); 0 = none of the project's users.
     pub user_id: i64,
@@ -101,6 +105,7 @@ impl Default for HostSpec {
             straggler_rate: 0.0,
             straggler_factor: 10.0,
             lost_rate: 0.0,
+            lie_rate: 0.0,
             user_id: 0,
         }
     }
@@ -115,6 +120,7 @@ impl HostSpec {
             straggler_rate: self.straggler_rate,
             straggler_factor: self.straggler_factor,
             lost_rate: self.lost_rate,
+            lie_rate: self.lie_rate,
         }
     }
 }
@@ -128,6 +134,8 @@ pub struct HostBehaviour {
     pub straggler_rate: f64,
     pub straggler_factor: f64,
     pub lost_rate: f64,
+    #[serde(default)]
+    pub lie_rate: f64,
 }
 
 impl HostBehaviour {
@@ -136,7 +144,12 @@ impl HostBehaviour {
         if !(self.flops.is_finite() && self.flops > 0.0) {
             return Err("flops must be > 0".into());
         }
-        for (n, p) in [("error_rate", self.error_rate), ("straggler_rate", self.straggler_rate), ("lost_rate", self.lost_rate)] {
+        for (n, p) in [
+            ("error_rate", self.error_rate),
+            ("straggler_rate", self.straggler_rate),
+            ("lost_rate", self.lost_rate),
+            ("lie_rate", self.lie_rate),
+        ] {
             if !(0.0..=1.0).contains(&p) {
                 return Err(format!("{n} {p} is not in [0, 1]"));
             }

@@ -28,6 +28,7 @@ use tokio::sync::{oneshot, watch, Semaphore};
 use crate::apps::{self, AppSpec, InstanceRun};
 use crate::ctx::Ctx;
 use crate::lifecycle;
+use crate::replica;
 use crate::store::{self, secs, Instance, Res, Workunit, NEVER};
 
 /// Exit status of an instance the host itself failed (the `error_rate`
@@ -66,6 +67,8 @@ struct InFlight {
     sent_time: f64,
     report_at: f64,
     lost: bool,
+    /// The host changes an output before it reports (`lie_rate`).
+    lie: bool,
     slot: PathBuf,
     rx: Option<oneshot::Receiver<RunOutcome>>,
     outcome: Option<RunOutcome>,
@@ -75,6 +78,9 @@ struct InFlight {
 /// A finished instance to record.
 struct Report {
     result_id: i64,
+    host: usize,
+    host_name: String,
+    lie: bool,
     sent_time: f64,
     elapsed: f64,
     host_flops: f64,
@@ -202,6 +208,9 @@ impl Engine {
             }
             reports.push(Report {
                 result_id: id,
+                host: f.host,
+                host_name: self.hosts[f.host].name.clone(),
+                lie: f.lie,
                 sent_time: f.sent_time,
                 // The planned time, or longer when the real run took longer
                 // (it reports only once the process has finished).
@@ -251,6 +260,8 @@ impl Engine {
         let factor = if self.rng.gen::<f64>() < b.straggler_rate { b.straggler_factor } else { 1.0 };
         let lost = self.rng.gen::<f64>() < b.lost_rate;
         let host_error = self.rng.gen::<f64>() < b.error_rate;
+        // No draw for honest hosts: seeds keep their old sequences.
+        let lie = b.lie_rate > 0.0 && self.rng.gen::<f64>() < b.lie_rate;
         let mut duration = d.fpops_est / b.flops * factor;
         // The client ends an instance that runs longer than rsc_fpops_bound
         // / flops (BOINC's max_elapsed_time). Its run time is the planned
@@ -269,6 +280,7 @@ impl Engine {
             sent_time: d.sent_time,
             report_at: d.sent_time + duration,
             lost,
+            lie,
             slot: slot.clone(),
             rx: None,
             outcome: None,
@@ -382,6 +394,10 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
         crate::hostile::tamper(ctx, &a.spec, w, &x, run);
     }
     let optional = |i: usize| app.is_some_and(|a| a.spec.output_is_optional(i));
+    let runner_zip = |i: usize| app.is_some_and(|a| a.spec.outputs.get(i).is_some_and(|n| n == crate::runner::OUT_ZIP));
+    let quorum = wu.as_ref().is_some_and(|w| w.min_quorum > 1);
+    // A runner's zip that its validator would refuse (replica.rs).
+    let mut refused = None;
     let (outcome, exit_status, stderr, outputs, hash) = match r.outcome {
         RunOutcome::HostError(msg) => {
             (store::OUTCOME_CLIENT_ERROR, HOST_ERROR_EXIT, apps::wrap_stderr("", Some(&msg)), Vec::new(), String::new())
@@ -398,6 +414,12 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
                 let mut names = Vec::new();
                 let mut h = Md5::new();
                 for (i, p) in run.outputs.iter().enumerate() {
+                    if let Some(p) = p {
+                        if let Err(e) = host_copy(p, runner_zip(i), quorum, (r.host, &r.host_name, r.lie)) {
+                            tracing::info!(result = x.id, host = %r.host_name, error = %e, "a runner's output is refused");
+                            refused = Some(e);
+                        }
+                    }
                     // Every output gets its physical name (the result's
                     // record names them all); an absent optional one has
                     // no file in the upload store.
@@ -408,8 +430,16 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
                         continue;
                     };
                     let data = std::fs::read(p)?;
-                    h.update((data.len() as u64).to_le_bytes());
-                    h.update(&data);
+                    // Replicas of a runner job agree on what their zips
+                    // hold, whatever their bytes (replica.rs).
+                    match (quorum && runner_zip(i) && refused.is_none()).then(|| replica::digest(p)) {
+                        Some(Ok(d)) => h.update(d.as_bytes()),
+                        Some(Err(e)) => refused = Some(e),
+                        None => {
+                            h.update((data.len() as u64).to_le_bytes());
+                            h.update(&data);
+                        }
+                    }
                     if keep_outputs {
                         let dst = ctx.dirs.upload.join(&name);
                         if std::fs::rename(p, &dst).is_err() {
@@ -426,7 +456,10 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
     let credit = if outcome == store::OUTCOME_SUCCESS { cpu * r.host_flops / 1e9 * 200.0 / 86400.0 } else { 0.0 };
     // Reported after the canonical instance was chosen: compared with it.
     let mut validate_state = store::VALIDATE_INIT;
-    if let Some(wu) = &wu {
+    if refused.is_some() && outcome == store::OUTCOME_SUCCESS {
+        // As a validator's init_result refusing it: never part of a quorum.
+        validate_state = store::VALIDATE_INVALID;
+    } else if let Some(wu) = &wu {
         if wu.canonical_resultid != 0 && outcome == store::OUTCOME_SUCCESS {
             let canon = store::result_by_id(c, wu.canonical_resultid)?;
             validate_state = match canon {
@@ -442,6 +475,36 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
     )?
     .execute(params![outcome, exit_status, elapsed, cpu, stderr, outputs.join("\n"), hash, now, validate_state, credit, x.id])?;
     store::set_transition_time(c, x.workunitid, now)?;
+    Ok(())
+}
+
+/// What the host reports of output `path`: a runner's zip of a quorum job
+/// zipped at the host's own time; a liar's changed. Only a zip the
+/// validator would read is rewritten (never a bomb).
+fn host_copy(path: &std::path::Path, runner_zip: bool, quorum: bool, host: (usize, &str, bool)) -> Result<(), replica::Refused> {
+    let (host, host_name, lie) = host;
+    if !runner_zip {
+        if lie {
+            replica::lie_plain(path, host_name)?;
+        }
+        return Ok(());
+    }
+    if !(quorum || lie) {
+        return Ok(());
+    }
+    match replica::digest(path) {
+        Ok(_) => {}
+        // A quorum job's refused zip is invalid; with one result a host's
+        // zip is the daemon's to judge.
+        Err(e) if quorum => return Err(e),
+        Err(_) => return Ok(()),
+    }
+    if quorum {
+        replica::restamp(path, host)?;
+    }
+    if lie {
+        replica::lie(path, host_name)?;
+    }
     Ok(())
 }
 

@@ -283,6 +283,7 @@ struct HostChange {
     straggler_rate: Option<f64>,
     straggler_factor: Option<f64>,
     lost_rate: Option<f64>,
+    lie_rate: Option<f64>,
 }
 
 /// Changes one host's behaviour for the instances it gets from now on
@@ -304,6 +305,7 @@ async fn set_host(body: web::Bytes, ctx: web::Data<Ctx>) -> HttpResponse {
         (&mut b.straggler_rate, ch.straggler_rate),
         (&mut b.straggler_factor, ch.straggler_factor),
         (&mut b.lost_rate, ch.lost_rate),
+        (&mut b.lie_rate, ch.lie_rate),
     ] {
         if let Some(v) = v {
             *field = v;

@@ -31,6 +31,7 @@ mod http;
 mod introspect;
 mod lifecycle;
 pub mod php;
+mod replica;
 mod replies;
 mod rpc;
 pub mod runner;

@@ -21,6 +21,7 @@ mod demo;
 mod host_faults;
 mod https;
 mod protocol;
+mod quorum;
 mod readme_examples;
 mod recovery;
 mod remote_layout;

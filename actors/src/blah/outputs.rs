@@ -218,7 +218,11 @@ pub async fn resolve_error(
         if let Some(out) = &plan.out {
             write_whole(out, b"").map_err(|e| format!("can't write {}: {e}", out.display()))?;
         }
-        write_err(&plan, completed.as_ref().map_or("", |c| c.stderr_out.as_str()))?;
+        // The instance BOINC's PHP picks may be one that succeeded but was
+        // never agreed on (a quorum's disagreeing host): its log is a
+        // stranger's word, not the job's. A host error's log is kept.
+        let host_error = completed.as_ref().filter(|c| c.exit_status != 0);
+        write_err(&plan, host_error.map_or("", |c| c.stderr_out.as_str()))?;
     }
     let mut failed = status_ad(batch, job_status::COMPLETED);
     // Exit codes outside 1..=255 (BOINC's negative client errors, or none)
