@@ -16,6 +16,7 @@ mod blah_flood;
 mod broker;
 mod check;
 mod commands;
+mod container_image;
 mod deadline;
 mod demo;
 mod host_faults;

@@ -169,6 +169,11 @@ pub enum MapError {
     NotAContainerRunner { app: String, image: String, config: String },
     #[error("app {0} runs jobs in container images, and this job names none: set container_image in the submit file")]
     NoImage(String),
+    #[error(
+        "the container image {image:?} is not an image reference ({why}): set container_image to a name such as \
+         registry.example.org/group/name:tag or docker://name:tag (docs/runner.md \"Containers\")"
+    )]
+    BadImage { image: String, why: String },
     #[error("app {app} is not a runner (its inputs are {inputs}; a runner's are condor_exec.exe, condor_job.zip): {why}")]
     NotARunner { app: String, inputs: String, why: &'static str },
     #[error("app {0} is a runner: it needs the job's executable, but the job does not send it (transfer_executable = false)")]
@@ -332,6 +337,12 @@ pub fn submit_batch_with_urls(
     let args = command_line::quote_args(&arguments(ad)?)?;
     let params = job_params(ad, app, cfg)?;
     let env = environment(ad)?;
+    // Podman on the volunteer's host reads the image's name: never an
+    // option or a path there.
+    let bad_image = |image: &str| crate::blah::container_image::problem(image).map(|why| (image.to_string(), why));
+    if let Some((image, why)) = non_empty(ad, "ContainerImage").and_then(bad_image) {
+        return Err(MapError::BadImage { image, why });
+    }
     // A container job runs in its image or not at all; a container runner
     // runs nothing outside one.
     match (non_empty(ad, "ContainerImage"), cfg.app(app).container) {

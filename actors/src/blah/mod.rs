@@ -3,6 +3,7 @@
 //! output delivery and the durable job records.
 
 pub mod batch_zip;
+pub mod container_image;
 pub mod jobs;
 pub mod map;
 pub mod outputs;
