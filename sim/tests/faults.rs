@@ -296,6 +296,7 @@ async fn scripted_fault_fires_on_the_nth_call_over_http() {
         seed: 1,
         rules: Default::default(),
         script: vec![ScriptedFault { endpoint: "t.php:create_batch".into(), nth: 2, kind: FaultKind::LoseReply, hang_ms: 0, drip_ms: 0 }],
+        hostile_outputs: None,
     };
     let (srv, faults) = start(plan).await;
     let url = format!("{}/create_batch", srv.base);
@@ -423,6 +424,7 @@ fn scripted_faults_fire_exactly_on_the_nth_call() {
             ScriptedFault { endpoint: "job_file.php:*".into(), nth: 2, kind: FaultKind::Truncate, hang_ms: 0, drip_ms: 0 },
             ScriptedFault { endpoint: "*".into(), nth: 10, kind: FaultKind::Hang, hang_ms: 25, drip_ms: 0 },
         ],
+        hostile_outputs: None,
     };
     let f = Faults::new(plan.clone());
     let cb = "submit_rpc_handler.php:create_batch";
