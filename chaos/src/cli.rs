@@ -98,7 +98,7 @@ fn replay_command(cli: &Cli, seed: u64) -> String {
             cli.auth_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
         ));
     }
-    let profile = format!("{:?}", cli.profile).to_lowercase();
+    let profile = clap::ValueEnum::to_possible_value(&cli.profile).map(|v| v.get_name().to_string()).unwrap_or_default();
     cmd.push_str(&format!(" --seed {seed} --runs 1 --batches {} --profile {profile}", cli.batches));
     if cli.no_kill {
         cmd.push_str(" --no-kill");
@@ -131,6 +131,11 @@ fn print_run(r: &RunReport, replay: &str) {
     let faulted: usize = r.faults.iter().filter(|(k, _)| *k != "none").map(|(_, v)| v).sum();
     let faults: Vec<String> = r.faults.iter().filter(|(k, _)| *k != "none").map(|(k, v)| format!("{k} {v}")).collect();
     println!("  {:<22} {:>6}  {}", "faults injected", faulted, faults.join(", "));
+    if !r.hostile_kinds.is_empty() {
+        let kinds: Vec<String> = r.hostile_kinds.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        println!("  {:<22} {:>6}  {}", "jobs with hostile zips", r.hostile_jobs, kinds.join(", "));
+        println!("  {:<22} {:>6.0}  (bound {} MiB)", "daemon peak RSS MiB", r.peak_rss_mib, run::RSS_BOUND_MIB);
+    }
     for s in &r.skipped {
         println!("  skipped: {s}");
     }
@@ -198,10 +203,15 @@ fn sweep(cli: &Cli) -> Result<bool, String> {
         // A simulated project of its own per run, jobs 100x faster.
         let time_scale = if cli.sim { SIM_TIME_SCALE } else { 1.0 };
         let sim = if cli.sim {
-            Some(
-                SimProcess::start(&sim_exe, &["--time-scale", &SIM_TIME_SCALE.to_string()])
-                    .map_err(|e| format!("starting {}: {e}", sim_exe.display()))?,
-            )
+            let mut args = vec!["--time-scale".to_string(), SIM_TIME_SCALE.to_string()];
+            if cli.profile == Profile::HostileHostsQuorum {
+                // Three hosts and a runner app with a quorum of 2.
+                let config = dir.join("sim.toml");
+                std::fs::write(&config, run::QUORUM_SIM_CONFIG).map_err(|e| e.to_string())?;
+                args.extend(["--config".to_string(), config.display().to_string()]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Some(SimProcess::start(&sim_exe, &args).map_err(|e| format!("starting {}: {e}", sim_exe.display()))?)
         } else {
             None
         };

@@ -1,6 +1,8 @@
 //! The invariants, as pure functions of what the daemon said and what the
 //! server holds, so that each one is shown to fail on a fabricated truth.
 
+pub mod hostile;
+
 use std::collections::{BTreeSet, HashMap};
 
 use crate::truth::ServerBatch;

@@ -75,6 +75,19 @@ pub enum Profile {
     Gentle,
     Default,
     Brutal,
+    /// Gentle's faults, and the simulated project's hosts send hostile
+    /// `condor_out.zip`s for script jobs (run/hostile.rs).
+    HostileHosts,
+    /// The same with a quorum of 2 at the runner app, one host of three
+    /// lying about every job it gets.
+    HostileHostsQuorum,
+}
+
+impl Profile {
+    /// Whether script jobs meet hostile hosts (run/hostile.rs).
+    pub fn hostile(self) -> bool {
+        matches!(self, Profile::HostileHosts | Profile::HostileHostsQuorum)
+    }
 }
 
 /// Probabilities per call of each fault kind (they are exclusive).
@@ -96,7 +109,7 @@ struct Mix {
 impl Profile {
     fn mix(self) -> Mix {
         match self {
-            Profile::Gentle => Mix {
+            Profile::Gentle | Profile::HostileHosts | Profile::HostileHostsQuorum => Mix {
                 http500: 0.02,
                 http503: 0.02,
                 reset: 0.02,
@@ -144,7 +157,7 @@ impl Profile {
     /// Batches per run when the operator does not say.
     pub fn max_jobs(self) -> usize {
         match self {
-            Profile::Gentle => 3,
+            Profile::Gentle | Profile::HostileHosts | Profile::HostileHostsQuorum => 3,
             Profile::Default => 6,
             Profile::Brutal => 10,
         }

@@ -8,7 +8,10 @@
 mod blah;
 mod fetch;
 mod host_faults;
+mod hostile;
 mod sequences;
+
+pub use hostile::{QUORUM_SIM_CONFIG, RSS_BOUND_MIB};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -81,6 +84,11 @@ pub struct RunReport {
     pub sequences: usize,
     pub sequence_steps: usize,
     pub relocations: usize,
+    /// Hostile-hosts profile: jobs a host lied about, the kinds sent,
+    /// and the daemon's peak resident memory.
+    pub hostile_jobs: usize,
+    pub hostile_kinds: BTreeMap<String, usize>,
+    pub peak_rss_mib: f64,
     pub kills: Vec<String>,
     pub restarts: usize,
     pub rpcs: usize,
@@ -142,7 +150,7 @@ pub fn run(spec: &RunSpec) -> Result<RunReport, String> {
     std::fs::write(
         &config,
         format!(
-            "initial_expire_secs = {}\ncreate_settle_secs = {}\nsequence_poll_ms = 500\ndownload_stall_secs = {}\n[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 0.5\n",
+            "initial_expire_secs = {}\ncreate_settle_secs = {}\nsequence_poll_ms = 500\ndownload_stall_secs = {}\n[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 0.5\n{}",
             (3600.0 * spec.time_scale).ceil(),
             // A request the proxy delays reaches the server this much later
             // at most, even after the daemon that sent it was killed.
@@ -151,7 +159,9 @@ pub fn run(spec: &RunSpec) -> Result<RunReport, String> {
             // trickle stays well above the daemon's minimum rate).
             DOWNLOAD_STALL_SECS,
             proxy.lane_url(LANES[1]),
-            spec.auth_file.display()
+            spec.auth_file.display(),
+            // Script jobs run at the simulated project's runner app.
+            if spec.profile.hostile() { "runner_app = \"runner\"\n" } else { "" }
         ),
     )
     .map_err(io_err)?;
@@ -304,6 +314,9 @@ impl Run<'_> {
     }
 
     fn workload(&mut self) -> Result<(), String> {
+        if self.spec.profile.hostile() {
+            return self.hostile_hosts();
+        }
         let kill_at = self.spec.kill.then(|| self.rng.gen_range(0..self.spec.batches.max(1)));
         let kill_in_fetch = self.rng.gen_bool(0.5);
         let mut plans: Vec<BatchPlan> = Vec::new();

@@ -85,6 +85,15 @@ impl Truth {
         Ok(())
     }
 
+    /// The simulated project's `__sim/state`, whole.
+    pub fn sim_state(&self) -> Result<serde_json::Value, TruthError> {
+        let (status, body, _) = self.get("__sim/state")?;
+        if status != 200 {
+            return Err(TruthError::Server(format!("__sim/state: HTTP {status}")));
+        }
+        serde_json::from_slice(&body).map_err(|e| TruthError::Json(e.to_string()))
+    }
+
     /// Whether [`Truth::batches`] lists retired batches too.
     pub fn lists_retired(&self) -> bool {
         matches!(self.source, Source::Sim)
@@ -100,11 +109,7 @@ impl Truth {
     }
 
     fn sim_batches(&self, prefix: &str) -> Result<Vec<ServerBatch>, TruthError> {
-        let (status, body, _) = self.get("__sim/state")?;
-        if status != 200 {
-            return Err(TruthError::Server(format!("__sim/state: HTTP {status}")));
-        }
-        let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| TruthError::Json(e.to_string()))?;
+        let v = self.sim_state()?;
         let empty = Vec::new();
         let jobs = v["jobs"].as_array().unwrap_or(&empty);
         let mut out = Vec::new();
