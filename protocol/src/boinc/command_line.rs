@@ -82,24 +82,24 @@ pub enum ArgRefused {
     )]
     ClientWords { words: usize },
     #[error(
-        "the arguments are {} bytes on the command line of BOINC's wrapper (app {app} is a runner), \
+        "the arguments are {} bytes on the command line of BOINC's wrapper (the app is a runner), \
          which keeps {} (samples/wrapper/wrapper.cpp) and cuts the rest",
         thousands(*bytes),
         thousands(WRAPPER_MAX_BYTES)
     )]
-    WrapperBytes { app: String, bytes: usize },
+    WrapperBytes { bytes: usize },
     #[error(
-        "the job has {} arguments, and BOINC's wrapper (app {app} is a runner) passes its task at most {WRAPPER_MAX_WORDS} \
+        "the job has {} arguments, and BOINC's wrapper (the app is a runner) passes its task at most {WRAPPER_MAX_WORDS} \
          (samples/wrapper/wrapper.cpp); it would lose the rest",
         thousands(*words)
     )]
-    WrapperWords { app: String, words: usize },
+    WrapperWords { words: usize },
     #[error(
-        "argument {position} ({}) holds \"{WRAPPER_RESOLVE}\", which BOINC's wrapper (app {app} is a runner) \
+        "argument {position} ({}) holds \"{WRAPPER_RESOLVE}\", which BOINC's wrapper (the app is a runner) \
          replaces with the path of a file",
         shown(arg)
     )]
-    WrapperResolve { app: String, position: usize, arg: String },
+    WrapperResolve { position: usize, arg: String },
 }
 
 /// The most words a BOINC client passes an app: its `argv[100]` holds the
@@ -230,17 +230,16 @@ pub fn wrapper_line_len(args: &[String]) -> usize {
 /// Whether a runner app's task (BOINC's wrapper running it) gets these
 /// arguments as they are: none rewritten by `boinc_resolve(`, the line
 /// within [`WRAPPER_MAX_BYTES`], the words within [`WRAPPER_MAX_WORDS`].
-/// `app` names the runner in the refusal.
-pub fn fits_wrapper(app: &str, args: &[String]) -> Result<(), ArgRefused> {
+pub fn fits_wrapper(args: &[String]) -> Result<(), ArgRefused> {
     if let Some(i) = args.iter().position(|a| a.contains(WRAPPER_RESOLVE)) {
-        return Err(ArgRefused::WrapperResolve { app: app.to_string(), position: i + 1, arg: args[i].clone() });
+        return Err(ArgRefused::WrapperResolve { position: i + 1, arg: args[i].clone() });
     }
     let bytes = wrapper_line_len(args);
     if bytes > WRAPPER_MAX_BYTES {
-        return Err(ArgRefused::WrapperBytes { app: app.to_string(), bytes });
+        return Err(ArgRefused::WrapperBytes { bytes });
     }
     if args.len() > WRAPPER_MAX_WORDS {
-        return Err(ArgRefused::WrapperWords { app: app.to_string(), words: args.len() });
+        return Err(ArgRefused::WrapperWords { words: args.len() });
     }
     Ok(())
 }
@@ -368,17 +367,17 @@ mod tests {
     #[test]
     fn the_wrapper_line_counts_what_the_wrapper_keeps() {
         let kept = wrapper_line_of(WRAPPER_MAX_BYTES);
-        assert_eq!(fits_wrapper("runner", &kept), Ok(()));
+        assert_eq!(fits_wrapper(&kept), Ok(()));
         // The sim's wrapper, as the real one, gives the task every word.
         let task = wrapper_words(&at_the_app(&kept).unwrap()).unwrap();
         assert_eq!(task, kept);
 
         let cut = wrapper_line_of(WRAPPER_MAX_BYTES + 1);
-        let e = fits_wrapper("runner", &cut).unwrap_err();
-        assert_eq!(e, ArgRefused::WrapperBytes { app: "runner".into(), bytes: 4096 });
+        let e = fits_wrapper(&cut).unwrap_err();
+        assert_eq!(e, ArgRefused::WrapperBytes { bytes: 4096 });
         assert_eq!(
             e.to_string(),
-            "the arguments are 4,096 bytes on the command line of BOINC's wrapper (app runner is a runner), \
+            "the arguments are 4,096 bytes on the command line of BOINC's wrapper (the app is a runner), \
              which keeps 4,095 (samples/wrapper/wrapper.cpp) and cuts the rest"
         );
         // There the last byte is lost.
@@ -391,10 +390,10 @@ mod tests {
     fn as_many_words_as_the_wrapper_passes_and_no_more() {
         let words = |n: usize| vec!["a".to_string(); n];
         let kept = words(WRAPPER_MAX_WORDS);
-        assert_eq!(fits_wrapper("runner", &kept), Ok(()));
+        assert_eq!(fits_wrapper(&kept), Ok(()));
         assert_eq!(wrapper_words(&kept).unwrap(), kept);
         let cut = words(WRAPPER_MAX_WORDS + 1);
-        assert_eq!(fits_wrapper("runner", &cut), Err(ArgRefused::WrapperWords { app: "runner".into(), words: 255 }));
+        assert_eq!(fits_wrapper(&cut), Err(ArgRefused::WrapperWords { words: 255 }));
         assert_eq!(wrapper_words(&cut).unwrap().len(), WRAPPER_MAX_WORDS);
     }
 
@@ -403,18 +402,18 @@ mod tests {
         let args = strings(&["alpha", "pre-boinc_resolve(foo)-post", "two words"]);
         // As seen on the real server: the wrapper puts the file's path in.
         assert_eq!(wrapper_words(&at_the_app(&args).unwrap()).unwrap(), ["alpha", "pre-foo-post", "two words"]);
-        let e = fits_wrapper("runner", &args).unwrap_err();
-        assert_eq!(e, ArgRefused::WrapperResolve { app: "runner".into(), position: 2, arg: args[1].clone() });
+        let e = fits_wrapper(&args).unwrap_err();
+        assert_eq!(e, ArgRefused::WrapperResolve { position: 2, arg: args[1].clone() });
         assert_eq!(
             e.to_string(),
             "argument 2 (\"pre-boinc_resolve(foo)-post\") holds \"boinc_resolve(\", which BOINC's wrapper \
-             (app runner is a runner) replaces with the path of a file"
+             (the app is a runner) replaces with the path of a file"
         );
         // Without a `)` the wrapper gives up.
         assert!(wrapper_words(&strings(&["boinc_resolve(x"])).is_err());
-        assert!(fits_wrapper("runner", &strings(&["boinc_resolve(x"])).is_err());
+        assert!(fits_wrapper(&strings(&["boinc_resolve(x"])).is_err());
         // Near misses pass, and any app but a runner takes the word.
-        assert_eq!(fits_wrapper("runner", &strings(&["boinc_resolve", "resolve(x)", "BOINC_RESOLVE(x)"])), Ok(()));
+        assert_eq!(fits_wrapper(&strings(&["boinc_resolve", "resolve(x)", "BOINC_RESOLVE(x)"])), Ok(()));
         assert!(quote_args(&args).is_ok());
     }
 

@@ -129,6 +129,9 @@ pub struct CompactBatch {
     inputs: Vec<Box<[InputFile]>>,
     /// Per job: (argument list, input list).
     jobs: Vec<(u32, u32)>,
+    /// The first job whose arguments BOINC's wrapper would cut or rewrite,
+    /// if the app is a runner (known only with its templates).
+    beyond_wrapper: Option<Box<(String, ArgRefused)>>,
 }
 
 /// A job's argument that BOINC's command line can't carry.
@@ -144,26 +147,32 @@ pub struct BadArgs {
 impl CompactBatch {
     /// The batch's jobs, their arguments as they are.
     pub fn of(batch: SubmitBatch) -> CompactBatch {
-        match CompactBatch::build(batch, |list| Ok::<_, std::convert::Infallible>(list.to_vec())) {
+        match CompactBatch::build(batch, false, |list| Ok::<_, std::convert::Infallible>(list.to_vec())) {
             Ok(b) => b,
             Err((.., never)) => match never {},
         }
     }
 
     /// The batch's jobs, their arguments quoted for BOINC's command line
-    /// (once per distinct list).
+    /// (once per distinct list), and checked against BOINC's wrapper.
     pub fn quoting_args(batch: SubmitBatch) -> Result<CompactBatch, BadArgs> {
-        CompactBatch::build(batch, command_line::quote_args).map_err(|(names, job, refused)| BadArgs { job, refused, names })
+        CompactBatch::build(batch, true, command_line::quote_args).map_err(|(names, job, refused)| BadArgs { job, refused, names })
     }
 
     /// `quote` makes each distinct argument list's words; its error comes
-    /// back with the first job that has the list.
-    fn build<E>(batch: SubmitBatch, quote: impl Fn(&[String]) -> Result<Vec<String>, E>) -> Result<CompactBatch, (JobNames, String, E)> {
+    /// back with the first job that has the list. With `check_wrapper`,
+    /// the lists as they are are checked against BOINC's wrapper.
+    fn build<E>(
+        batch: SubmitBatch,
+        check_wrapper: bool,
+        quote: impl Fn(&[String]) -> Result<Vec<String>, E>,
+    ) -> Result<CompactBatch, (JobNames, String, E)> {
         let SubmitBatch { batch_name, app_name, jobs: specs, params } = batch;
         let names = JobNames::of(&batch_name, specs.iter().map(|j| j.name.as_str()));
         let mut args: Vec<Box<[String]>> = Vec::new();
         let mut inputs: Vec<Box<[InputFile]>> = Vec::new();
         let mut jobs = Vec::with_capacity(specs.len());
+        let mut beyond_wrapper = None;
         {
             let mut arg_ids: HashMap<&[String], u32> = HashMap::new();
             let mut input_ids: HashMap<&[InputFile], u32> = HashMap::new();
@@ -185,12 +194,23 @@ impl CompactBatch {
                     Ok(words) => words,
                     Err(e) => return Err((names, specs[first_job].name.clone(), e)),
                 };
+                if check_wrapper && beyond_wrapper.is_none() {
+                    if let Err(refused) = command_line::fits_wrapper(list) {
+                        beyond_wrapper = Some(Box::new((specs[first_job].name.clone(), refused)));
+                    }
+                }
                 args.push(words.into_boxed_slice());
             }
             inputs.extend(kept_inputs.into_iter().map(|l| l.to_vec().into_boxed_slice()));
         }
         jobs.shrink_to_fit();
-        Ok(CompactBatch { batch_name, app_name, params, names, args, inputs, jobs })
+        Ok(CompactBatch { batch_name, app_name, params, names, args, inputs, jobs, beyond_wrapper })
+    }
+
+    /// The first job whose arguments BOINC's wrapper would cut or rewrite,
+    /// and how: a refusal when the app is a runner.
+    pub fn beyond_wrapper(&self) -> Option<&(String, ArgRefused)> {
+        self.beyond_wrapper.as_deref()
     }
 
     pub fn len(&self) -> usize {

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use bytes::Bytes;
 use futures_util::FutureExt;
+use gahp_protocol::boinc::command_line::ArgRefused;
 use gahp_protocol::boinc::{reply, request, BatchInfo, Script, SubmitParams, Templates};
 use gahp_protocol::gahp::{JobParams, ParamValue};
 use tokio::sync::Semaphore;
@@ -67,6 +68,8 @@ pub enum SubmitError {
     DuplicateJob(String),
     #[error("error getting templates: {0}")]
     Templates(RpcError),
+    #[error("error submitting jobs: job {job}: {refused}")]
+    WrapperArgs { job: String, refused: ArgRefused },
     #[error("error processing input files: -1 job {job} has {got} input file(s) but app {app} takes {need}")]
     InputCount { job: String, app: String, need: usize, got: usize },
     #[error("error processing input files: -108 {0}")]
@@ -324,6 +327,12 @@ impl Run {
                 .await
                 .map_err(SubmitError::Templates)?,
         };
+        // A runner's wrapper would cut or rewrite these arguments.
+        if crate::blah::runner::is_runner(&templates) {
+            if let Some((job, refused)) = batch.beyond_wrapper() {
+                return Err(SubmitError::WrapperArgs { job: job.clone(), refused: refused.clone() });
+            }
+        }
         // The lists come in the order of their first job: the first list
         // that does not fit has the first job that does not.
         if let Some((job, list)) = batch.input_lists().find(|(_, l)| l.len() != templates.inputs.len()) {
