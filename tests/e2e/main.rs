@@ -11,6 +11,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod argument_limits;
 mod blah;
 mod blah_flood;
 mod broker;

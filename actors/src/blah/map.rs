@@ -334,7 +334,8 @@ pub fn submit_batch_with_urls(
     urls: &UrlInputs,
 ) -> Result<SubmitBatch, MapError> {
     let iwd = PathBuf::from(ad.get_str("Iwd").ok_or(MapError::Missing("Iwd"))?);
-    let args = command_line::quote_args(&arguments(ad)?)?;
+    let raw_args = arguments(ad)?;
+    let args = command_line::quote_args(&raw_args)?;
     let params = job_params(ad, app, cfg)?;
     let env = environment(ad)?;
     // Podman on the volunteer's host reads the image's name: never an
@@ -353,6 +354,7 @@ pub fn submit_batch_with_urls(
         _ => {}
     }
     let inputs = if runner::is_runner(templates) {
+        command_line::fits_wrapper(&raw_args)?;
         runner_inputs(ad, &iwd, app, &env, scratch, urls)?
     } else {
         if choose_app(ad, cfg).is_ok_and(|(_, source)| source == "runner_app") {
