@@ -152,6 +152,11 @@ impl Slot {
     /// Runs the launcher (a container runner's with `network`) under
     /// `shell` with `args`: whether it exited 0, and its stderr.
     fn run_status(&self, shell: &Shell, network: &str, args: &[&str]) -> (bool, String) {
+        self.run_with_path(shell, network, args, &format!("{}:/usr/bin:/bin", self.stub.join("bin").display()))
+    }
+
+    /// [`Slot::run_status`] with the client's `PATH` given.
+    fn run_with_path(&self, shell: &Shell, network: &str, args: &[&str], path: &str) -> (bool, String) {
         let text = fs::read_to_string(launcher()).unwrap();
         let set = format!("CONTAINER_NETWORK=\"{network}\"");
         assert!(text.contains("\nCONTAINER_NETWORK=\"\"\n"), "the launcher has the line register sets");
@@ -163,7 +168,7 @@ impl Slot {
             .args(args)
             .current_dir(&self.slot)
             .env_clear()
-            .env("PATH", format!("{}:/usr/bin:/bin", self.stub.join("bin").display()))
+            .env("PATH", path)
             .env("TMPDIR", self.root.join("tmp"))
             .env("STUB", &self.stub)
             .env("OUTSIDE", &self.outside)
@@ -519,5 +524,21 @@ exit 4\n";
         for name in ["leak.txt", "fifo", "tree"] {
             assert!(fs::symlink_metadata(s.slot.join(".condor_parked").join(name)).is_ok(), "{n}: {name} parked: {stderr}");
         }
+    }
+}
+
+#[test]
+fn a_podman_among_the_jobs_files_is_never_run() {
+    // A relative entry of the client's PATH (empty, ".") is the slot.
+    let mut inputs = container_inputs("localhost/boinc-gahp-test:1");
+    inputs.push(("podman", "#!/bin/sh\necho ran > \"$OUTSIDE/ran\"\nexit 0\n".into()));
+    for shell in shells() {
+        let s = Slot::new(b"#!/bin/sh\necho in-container\n", &as_refs(&inputs));
+        fs::set_permissions(s.slot.join("podman"), fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!(":.:{}:/usr/bin:/bin", s.stub.join("bin").display());
+        let (ok, stderr) = s.run_with_path(&shell, "none", &[], &path);
+        assert!(ok, "{}: {stderr}", shell.name);
+        assert!(!s.outside.join("ran").exists(), "{}: the job's podman ran", shell.name);
+        assert_eq!(s.read("_condor_stdout"), "in-container\n", "{}: the stand-in ran it", shell.name);
     }
 }
