@@ -37,6 +37,7 @@ use gahp_testkit::{BoincClient, Nudger};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const NEEDS: &str = "needs a real BOINC server: deploy/real-boinc-test/run";
@@ -91,21 +92,39 @@ fn real() -> Real {
     Real { url, auth, auth_file, client, tag }
 }
 
+/// Held by a test while it suspends the client, or while it needs the
+/// client computing (the tests run at once).
+static CLIENT_MODE: Mutex<()> = Mutex::new(());
+
+fn client_mode() -> MutexGuard<'static, ()> {
+    CLIENT_MODE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The client suspended until this is dropped (also when a test fails:
-/// the client is shared).
-struct Suspended<'a>(&'a BoincClient);
+/// the client is shared), then in its run mode of before.
+struct Suspended<'a> {
+    client: &'a BoincClient,
+    before: &'static str,
+    _held: Option<MutexGuard<'static, ()>>,
+}
 
 impl<'a> Suspended<'a> {
     fn new(c: &'a BoincClient) -> Suspended<'a> {
+        Suspended::holding(c, Some(client_mode()))
+    }
+
+    /// For a test that holds `client_mode()` already.
+    fn holding(c: &'a BoincClient, held: Option<MutexGuard<'static, ()>>) -> Suspended<'a> {
+        let before = c.run_mode().unwrap_or("always");
         assert!(c.set_run_mode("never"), "boinccmd --set_run_mode never failed");
-        Suspended(c)
+        Suspended { client: c, before, _held: held }
     }
 }
 
 impl Drop for Suspended<'_> {
     fn drop(&mut self) {
-        self.0.set_run_mode("always");
-        self.0.nudge();
+        self.client.set_run_mode(self.before);
+        self.client.nudge();
     }
 }
 
@@ -776,5 +795,179 @@ fn a_container_job_runs_in_its_image() {
     assert!(out.contains("pwd=</srv> arg=<two words> GREETING=<hello box>\ninput of boxed\n"), "{out}");
     assert_eq!(std::fs::read_to_string(iwd.join("made.txt")).unwrap(), "ID=boinc-gahp-test\n", "its output");
     assert_eq!(std::fs::read_to_string(iwd.join("job.err")).unwrap(), "", "its stderr");
+    assert!(!log_text(dir.path()).contains(&real.auth), "the authenticator never reaches the log");
+}
+
+/// A container of this run's job, found by `marker` (an argument of the
+/// job's command): its id, podman's state of it (`running`, `paused`,
+/// ...) and the slot mounted at `/srv`.
+type Container = Option<(String, String, PathBuf)>;
+
+fn container_of(marker: &str) -> Container {
+    let out = Command::new("podman").args(["ps", "--all", "--no-trunc", "--format", "{{.ID}} {{.Command}}"]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let id = text.lines().find(|l| l.split_whitespace().any(|w| w == marker))?.split_whitespace().next()?.to_string();
+    let format = "{{.State.Status}} {{range .Mounts}}{{if eq .Destination \"/srv\"}}{{.Source}}{{end}}{{end}}";
+    let out = Command::new("podman").args(["inspect", "--format", format, &id]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (state, slot) = text.trim().split_once(' ')?;
+    Some((id, state.to_string(), PathBuf::from(slot)))
+}
+
+/// The number a job's script last wrote to `progress` in its slot.
+fn progress(slot: &Path) -> u64 {
+    std::fs::read_to_string(slot.join("progress")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)
+}
+
+/// The clients that may compute a job: the one named, and a second one
+/// attached to the project (`BOINC_REAL_CLIENT2_RPC`, the same password).
+fn clients(real: &Real) -> Vec<BoincClient> {
+    let first = real.client.as_ref().expect("needs the client's GUI RPC: BOINC_REAL_CLIENT_RPC and BOINC_REAL_CLIENT_PASSWD");
+    let mut all = vec![BoincClient { rpc: first.rpc.clone(), passwd: first.passwd.clone(), url: first.url.clone() }];
+    if let Some(rpc) = std::env::var("BOINC_REAL_CLIENT2_RPC").ok().filter(|v| !v.is_empty()) {
+        all.push(BoincClient { rpc, passwd: first.passwd.clone(), url: first.url.clone() });
+    }
+    all
+}
+
+/// The client computing a job whose BOINC name holds `job_dir`, and its
+/// task's name.
+fn task_of<'a>(clients: &'a [BoincClient], job_dir: &str) -> Option<(&'a BoincClient, String)> {
+    clients.iter().find_map(|c| c.tasks().into_iter().find(|t| t.wu_name.contains(job_dir)).map(|t| (c, t.name)))
+}
+
+/// The volunteer is in charge of a container job (docs/runner.md
+/// "Containers"): on the real client, a task suspended with boinccmd has
+/// its container paused (podman's state, and the job's progress file
+/// stands still), resumed it runs on; the client's own suspend (run
+/// mode never) pauses it too; the job completes and its CPU time, the
+/// container's, is `RemoteUserCpu`. A second job aborted on the client
+/// has its container removed.
+#[test]
+#[ignore = "needs a real BOINC server: deploy/real-boinc-test/run"]
+fn a_container_job_stops_when_the_volunteer_says_so() {
+    let real = real();
+    let clients = clients(&real);
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 1\n\
+         container_runner_app = \"container_runner\"\n[blah.apps.container_runner]\ncontainer = true\n",
+        real.url,
+        real.auth_file.display()
+    );
+    let mut g = daemon(&real, dir.path(), &config);
+    let mut nudgers: Vec<Nudger> = clients.iter().map(|c| Nudger::new(Some(c), NUDGE_EVERY)).collect();
+    let mut wait = |marker: &str, within: Duration, until: &dyn Fn(&Container) -> bool| {
+        let end = Instant::now() + within;
+        loop {
+            let seen = container_of(marker);
+            if until(&seen) || Instant::now() >= end {
+                return seen;
+            }
+            nudgers.iter_mut().for_each(Nudger::tick);
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    // The busy job: 50 steps of about 0.4 s of the shell's own CPU each;
+    // its stdout is its user CPU time (`times`). The other sleeps.
+    let busy = "n=0\nwhile [ $n -lt 50 ]; do\n    n=$((n+1)); echo $n >progress\n    \
+                i=0; while [ $i -lt 350000 ]; do i=$((i+1)); done\ndone\ntimes\n";
+    let sleeper = "n=0\nwhile [ $n -lt 120 ]; do n=$((n+1)); echo $n >progress; sleep 1; done\n";
+    let mut submitted = Vec::new();
+    for (name, body) in [("busy", busy), ("aborted", sleeper)] {
+        let iwd = dir.path().join(name);
+        std::fs::create_dir_all(&iwd).unwrap();
+        std::fs::write(iwd.join("job.sh"), format!("#!/bin/sh\n# {name} {}\n{body}", real.tag)).unwrap();
+        let job_dir = format!("rbci_volunteer_{name}_{}", real.tag);
+        // An argument of the container's command, to find it by.
+        let marker = format!("{name}-{}", real.tag);
+        let ad = job_ad(
+            &iwd,
+            &job_dir,
+            &[
+                ("ContainerImage", Value::Str(test_image())),
+                ("Arguments", Value::Str(marker.clone())),
+                ("Out", Value::Str("job.out".into())),
+                ("Err", Value::Str("job.err".into())),
+            ],
+        );
+        let r = blah(&mut g, BlahCommand::JobSubmit { ad });
+        assert_eq!(r[..2], ["0", "No error"], "{r:?}");
+        submitted.push((iwd, job_dir, marker, r[2].clone()));
+    }
+    let running = |c: &Container| c.as_ref().is_some_and(|c| c.1 == "running");
+    let paused = |c: &Container| c.as_ref().is_some_and(|c| c.1 == "paused");
+    let gone = |c: &Container| c.is_none();
+
+    // Aborted: its container is gone (podman ps -a), not left to run.
+    let (_, job_dir, marker, id) = &submitted[1];
+    let seen = wait(marker, JOB_WAIT, &running);
+    assert!(running(&seen), "the aborted job's container never ran: {seen:?}");
+    let (client, task) = task_of(&clients, job_dir).unwrap_or_else(|| panic!("no client computes {job_dir}"));
+    assert!(client.task_op(&task, "abort"), "boinccmd --task {task} abort failed");
+    let t = Instant::now();
+    let seen = wait(marker, Duration::from_secs(20), &gone);
+    assert!(gone(&seen), "the aborted task's container is still there after {:.0?}: {seen:?}", t.elapsed());
+    eprintln!("aborted task {task}: its container gone after {:.1?}", t.elapsed());
+    // The project would send it again: cancelled, it is not.
+    let r = blah(&mut g, BlahCommand::JobCancel { job_id: id.clone() });
+    assert_eq!(r[0], "0", "BLAH_JOB_CANCEL: {r:?}");
+
+    // Suspended and resumed, by task and by the client's run mode; no
+    // other test suspends the client meanwhile.
+    let (iwd, job_dir, marker, id) = &submitted[0];
+    let seen = wait(marker, JOB_WAIT, &running);
+    let held = client_mode();
+    let slot = seen.as_ref().unwrap_or_else(|| panic!("the busy job's container never ran: {seen:?}")).2.clone();
+    let (client, task) = task_of(&clients, job_dir).unwrap_or_else(|| panic!("no client computes {job_dir}"));
+    let mut stands_still = |how: &str| {
+        let seen = wait(marker, Duration::from_secs(10), &paused);
+        assert!(paused(&seen), "{how}: the container is not paused: {seen:?}");
+        let before = progress(&slot);
+        std::thread::sleep(Duration::from_secs(3));
+        assert_eq!(progress(&slot), before, "{how}: the job went on while its container was paused");
+        before
+    };
+    let goes_on = |how: &str, from: u64| {
+        let end = Instant::now() + Duration::from_secs(10);
+        while progress(&slot) == from && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert!(progress(&slot) > from, "{how}: the job does not go on; its container: {:?}", container_of(marker));
+    };
+    assert!(client.task_op(&task, "suspend"), "boinccmd --task {task} suspend failed");
+    let at = stands_still("task suspended");
+    assert!(client.task_op(&task, "resume"), "boinccmd --task {task} resume failed");
+    goes_on("task resumed", at);
+    let suspended = Suspended::holding(client, None);
+    let at = stands_still("client suspended");
+    drop(suspended);
+    goes_on("client resumed", at);
+    drop(held);
+    eprintln!("task {task}: paused and resumed, by task and by the client");
+
+    let (st, ad) = wait_blah_final(&real, &mut g, id);
+    assert_eq!(st, 4, "completed: {ad}");
+    assert_eq!(ad.get_int("ExitCode"), Some(0), "{ad}");
+    let out = std::fs::read_to_string(iwd.join("job.out")).unwrap();
+    // `times`' first line: the shell's own user and system time (0m12.345s).
+    let user = out.lines().next().and_then(|l| l.split_whitespace().next()).and_then(|u| {
+        let (m, s) = u.strip_suffix('s')?.split_once('m')?;
+        Some(m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+    });
+    let user = user.unwrap_or_else(|| panic!("no user time in the job's stdout: {out:?}"));
+    let cpu = match ad.get("RemoteUserCpu") {
+        Some(Value::Real(r)) => *r,
+        Some(Value::Int(i)) => *i as f64,
+        _ => panic!("no RemoteUserCpu: {ad}"),
+    };
+    eprintln!("busy container job: {user:.1} s of user CPU inside, RemoteUserCpu {cpu:.1}");
+    assert!(user > 5.0, "the job was meant to be busy: {out}");
+    assert!(cpu >= 0.9 * user, "RemoteUserCpu {cpu} is not the container's CPU time ({user} s): {ad}");
+
+    // Nothing of the aborted job runs on (the project may have sent it
+    // again before the cancel reached it).
+    let seen = wait(&submitted[1].2, Duration::from_secs(60), &gone);
+    assert!(gone(&seen), "the cancelled job's container is still there: {seen:?}");
     assert!(!log_text(dir.path()).contains(&real.auth), "the authenticator never reaches the log");
 }

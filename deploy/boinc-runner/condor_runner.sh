@@ -33,6 +33,40 @@ nl='
 note() { echo "condor_runner: $*" >&2; }
 fail() { note "$@"; exit 1; }
 
+# BOINC counts the CPU time and memory of the wrapper's task and its
+# descendants, and podman's conmon, the parent of a container's
+# processes, leaves its own parent. As a child subreaper this script
+# adopts conmon, and so the container: its CPU time is reported, its
+# memory counted. sh can't set the flag (prctl PR_SET_CHILD_SUBREAPER);
+# perl can, and then runs this script again, as it was run (the same
+# shell and arguments, from /proc): exec keeps the flag. The marker is
+# the client's environment's, never the job's (its lines go to the
+# container only).
+if [ -n "$CONTAINER_NETWORK" ] && [ "${CONDOR_RUNNER_REAPER-}" != 1 ]; then
+    CONDOR_RUNNER_REAPER=1
+    export CONDOR_RUNNER_REAPER
+    case $(uname -m) in # prctl's system call number
+    x86_64) prctl=157 ;;
+    aarch64) prctl=167 ;;
+    *) prctl="" ;;
+    esac
+    perl=$(command -v perl) || perl=""
+    shell=$(readlink /proc/$$/exe) || shell=""
+    if [ -n "$prctl" ] && [ -n "$perl" ] && [ -n "$shell" ] && argv=$(mktemp) && cat /proc/$$/cmdline >|"$argv"; then
+        if [ -n "$path_was_set" ]; then PATH=$start_path; else unset PATH; fi
+        exec "$perl" -e 'my ($nr, $shell, $file) = @ARGV;
+            open(my $f, "<", $file) or die "condor_runner: $file: $!\n";
+            my @argv = split /\0/, do { local $/; <$f> }, -1;
+            pop @argv;
+            unlink $file;
+            syscall($nr, 36, 1, 0, 0, 0) == 0 or
+                warn "condor_runner: the container\x27s CPU time is not counted: prctl: $!\n";
+            exec { $shell } @argv or die "condor_runner: exec $shell: $!\n"' "$prctl" "$shell" "$argv"
+    fi
+    [ -n "${argv-}" ] && rm -f -- "$argv"
+    note "the container's CPU time is not counted: no perl, or not an x86_64 or aarch64 host"
+fi
+
 # A file this script reads must be a regular file, not a link (to a host
 # file) nor a FIFO or device (which would block or read the host).
 regular() { [ -f "$1" ] && [ ! -L "$1" ]; }
@@ -236,10 +270,37 @@ else
     printf '%s\n' "$cid" >_condor_container
     run_podman init "$cid" >/dev/null 2>|"$priv/podman" ||
         fail "can't run the job in image $image: podman init: $(cat "$priv/podman")"
+    # Paused at once, or, when a suspend comes before podman start has
+    # started it, once it runs.
+    pause_container() {
+        n=0
+        until run_podman pause -- "$cid" >/dev/null 2>|"$priv/pause"; do
+            state=$(run_podman inspect --format '{{.State.Status}}' -- "$cid" 2>&1)
+            case $state in
+            created | configured | initialized) [ $((n += 1)) -le 10 ] && sleep 1 && continue ;;
+            esac
+            note "can't pause the container ($state): $(cat "$priv/pause")"
+            return 0
+        done
+        note suspended
+    }
     # The program's exit status (128+N after signal N), or podman's own
     # failure to start it, which the state does not record as an exit.
-    run_podman start --attach --interactive "$cid" <"$stdin" >_condor_stdout 2>_condor_stderr
-    rc=$?
+    # The volunteer is in charge (docs/runner.md "The volunteer in
+    # charge"): the wrapper (--use_tstp) sends this script SIGTSTP to
+    # suspend the task, SIGCONT to resume it, SIGTERM to end it (abort,
+    # quit, a bound exceeded), and the container, which is not the
+    # wrapper's child, follows: pause freezes it, unpause thaws it, rm
+    # kills it. podman start runs in the background, so that a signal's
+    # trap runs at once (a trap ends the wait, with a status above 128).
+    trap pause_container TSTP
+    trap 'run_podman unpause -- "$cid" >/dev/null 2>&1 && note resumed' CONT
+    trap 'run_podman rm --force --time 0 -- "$cid" >/dev/null 2>&1 || run_podman rm --force -- "$cid" >/dev/null 2>&1
+        note "ended by BOINC: the container is removed"; exit 1' TERM INT HUP
+    run_podman start --attach --interactive --sig-proxy=false "$cid" <"$stdin" >_condor_stdout 2>_condor_stderr &
+    started=$!
+    while wait "$started"; rc=$?; [ "$rc" -gt 128 ] && kill -0 "$started" 2>/dev/null; do :; done
+    trap - TSTP CONT TERM INT HUP
     state=$(run_podman inspect --format '{{.State.Status}} {{.State.ExitCode}}' "$cid" 2>&1)
     case $state in
     "exited "*) rc=${state#exited } ;;
