@@ -114,6 +114,17 @@ pub fn iwd_violations(job: &str, before: &Tree, after: &Tree) -> Vec<String> {
     out
 }
 
+/// A job held or failed over its zip leaves nothing of it in its
+/// directory: the only new files are its own streams (`streams`, which a
+/// failed job gets empty).
+pub fn refused_leftovers(job: &str, before: &Tree, after: &Tree, streams: &[&str]) -> Vec<String> {
+    after
+        .keys()
+        .filter(|p| !before.contains_key(*p) && !streams.iter().any(|s| Path::new(s) == p.as_path()))
+        .map(|p| format!("job {job} was refused, yet {} of its zip is in its directory", p.display()))
+        .collect()
+}
+
 /// What the daemon must do with each kind when no quorum is set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -234,6 +245,17 @@ mod tests {
         let mut relinked = after.clone();
         relinked.insert("data".into(), Node::Link("/".into()));
         assert!(!iwd_violations("j", &before, &relinked).is_empty());
+    }
+
+    #[test]
+    fn a_refused_job_keeps_nothing_of_its_zip() {
+        let before = tree(&[("job.sh", file(1)), ("in", file(2))]);
+        let mut after = before.clone();
+        after.insert("job.out".into(), file(3));
+        after.insert("job.err".into(), file(4));
+        assert!(refused_leftovers("j", &before, &after, &["job.out", "job.err"]).is_empty());
+        after.insert("result.txt".into(), file(5));
+        assert!(refused_leftovers("j", &before, &after, &["job.out", "job.err"])[0].contains("result.txt"));
     }
 
     #[test]

@@ -103,6 +103,10 @@ impl Run<'_> {
             let after = verdict::snapshot(&j.iwd, &[]).map_err(io_err)?;
             let found = verdict::iwd_violations(&j.name, &j.before, &after);
             self.report.violations.extend(found);
+            if matches!(j.ended, Ended::Held(_) | Ended::Completed { failed: true, .. }) {
+                let found = verdict::refused_leftovers(&j.name, &j.before, &after, &["job.out", "job.err"]);
+                self.report.violations.extend(found);
+            }
             let read = |n: &str| std::fs::read(j.iwd.join(n)).ok();
             let honest = read("job.out").as_deref() == Some(b"done\n".as_slice())
                 && read("out.txt").as_deref() == Some(j.input.to_ascii_uppercase().as_slice());
