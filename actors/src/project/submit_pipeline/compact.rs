@@ -310,6 +310,24 @@ mod tests {
     }
 
     #[test]
+    fn the_first_job_a_runners_wrapper_would_spoil_is_kept_for_the_templates() {
+        let b = CompactBatch::quoting_args(batch(vec![
+            spec("b7_0", &["a"], "/x"),
+            spec("b7_1", &["boinc_resolve(x)"], "/x"),
+            spec("b7_2", &["a"], "/x"),
+            spec("b7_3", &[&"z".repeat(4095)], "/x"),
+        ]))
+        .unwrap();
+        let (job, refused) = b.beyond_wrapper().unwrap();
+        assert_eq!(job, "b7_1");
+        assert!(matches!(refused, ArgRefused::WrapperResolve { position: 1, .. }), "{refused:?}");
+        let b = CompactBatch::quoting_args(batch(vec![spec("b7_0", &["a"], "/x"), spec("b7_1", &[&"z".repeat(4094)], "/x")])).unwrap();
+        assert!(b.beyond_wrapper().is_none());
+        // Lists quoted already (BLAH's, a sequence's) are not checked again.
+        assert!(CompactBatch::of(batch(vec![spec("b7_0", &["boinc_resolve(x)"], "/x")])).beyond_wrapper().is_none());
+    }
+
+    #[test]
     fn a_name_twice_is_found() {
         let b = CompactBatch::quoting_args(batch(["a", "b", "a"].iter().map(|n| spec(n, &[], "/x")).collect())).unwrap();
         assert_eq!(b.names().duplicate().as_deref(), Some("a"));
