@@ -75,11 +75,11 @@ pub enum Profile {
     Gentle,
     Default,
     Brutal,
-    /// Gentle's faults, and the simulated project's hosts send hostile
-    /// `condor_out.zip`s for script jobs (run/hostile.rs).
+    /// With --sim: script jobs whose hosts send hostile condor_out.zips,
+    /// under gentle's faults (docs/chaos.md)
     HostileHosts,
-    /// The same with a quorum of 2 at the runner app, one host of three
-    /// lying about every job it gets.
+    /// As hostile-hosts, at a runner app with a quorum of 2, one host of
+    /// three lying about every job it gets
     HostileHostsQuorum,
 }
 
