@@ -819,6 +819,26 @@ fn progress(slot: &Path) -> u64 {
     std::fs::read_to_string(slot.join("progress")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0)
 }
 
+/// A task suspended with boinccmd until this is dropped (also when a
+/// test fails: the client is shared).
+struct TaskSuspended<'a> {
+    client: &'a BoincClient,
+    task: String,
+}
+
+impl<'a> TaskSuspended<'a> {
+    fn new(client: &'a BoincClient, task: &str) -> TaskSuspended<'a> {
+        assert!(client.task_op(task, "suspend"), "boinccmd --task {task} suspend failed");
+        TaskSuspended { client, task: task.to_string() }
+    }
+}
+
+impl Drop for TaskSuspended<'_> {
+    fn drop(&mut self) {
+        self.client.task_op(&self.task, "resume");
+    }
+}
+
 /// The clients that may compute a job: the one named, and a second one
 /// attached to the project (`BOINC_REAL_CLIENT2_RPC`, the same password).
 fn clients(real: &Real) -> Vec<BoincClient> {
@@ -935,9 +955,13 @@ fn a_container_job_stops_when_the_volunteer_says_so() {
         }
         assert!(progress(&slot) > from, "{how}: the job does not go on; its container: {:?}", container_of(marker));
     };
-    assert!(client.task_op(&task, "suspend"), "boinccmd --task {task} suspend failed");
+    // Another test may have had the client suspended until now: the job
+    // goes on before its task is suspended, else a pause of before would
+    // be taken for this one.
+    goes_on("before the suspend", progress(&slot));
+    let suspended = TaskSuspended::new(client, &task);
     let at = stands_still("task suspended");
-    assert!(client.task_op(&task, "resume"), "boinccmd --task {task} resume failed");
+    drop(suspended);
     goes_on("task resumed", at);
     let suspended = Suspended::holding(client, None);
     let at = stands_still("client suspended");
