@@ -158,9 +158,10 @@ fn a_quorum_job_reports_the_honest_result_when_one_host_lies() {
     let iwd = dir.path().join("quorum");
     std::fs::create_dir_all(&iwd).unwrap();
     std::fs::write(iwd.join("job.sh"), &script).unwrap();
+    let job_name = format!("rbci_quorum_{}", real.tag);
     let ad = job_ad(
         &iwd,
-        &format!("rbci_quorum_{}", real.tag),
+        &job_name,
         &[
             ("Arguments", Value::Str(marker.clone())),
             ("TransferOutput", Value::Str("result.txt".into())),
@@ -175,9 +176,15 @@ fn a_quorum_job_reports_the_honest_result_when_one_host_lies() {
     let id = r[2].clone();
 
     // The two results go to the two clients (one per host); the second
-    // lies.
+    // lies. It asks for work only until it has this job: it takes any job
+    // the project has meanwhile.
     let until = Instant::now() + JOB_WAIT;
+    let mut asking = true;
     let slot = loop {
+        if asking && client2.tasks().iter().any(|t| t.wu_name.contains(&job_name)) {
+            second.restore();
+            asking = false;
+        }
         if let Some(s) = slot_with(&client2_dir, "result.txt", &marker) {
             break s;
         }
