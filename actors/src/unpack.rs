@@ -38,6 +38,8 @@ pub enum UnpackError {
     Escapes(String),
     #[error("it holds {0:?} twice")]
     Twice(String),
+    #[error("it lists {listed} entries under {distinct} names: a name twice")]
+    NamedTwice { listed: u64, distinct: usize },
     #[error("its entry {name:?} holds more than the {claimed} bytes it claims")]
     Lied { name: String, claimed: u64 },
     #[error("its entry {name:?} is damaged: {why}")]
@@ -75,6 +77,11 @@ pub fn unpack(zip: &Path, beside: &Path, limits: &UnpackLimits) -> Result<Unpack
         return Err(UnpackError::TooManyEntries { entries: listed, max: limits.max_entries });
     }
     let mut archive = zip::ZipArchive::new(file).map_err(|e| unreadable(&e))?;
+    // The library keeps one entry per name: a name listed twice (two exit
+    // codes, the second one believed) shows only as a shorter list.
+    if archive.len() as u64 != listed {
+        return Err(UnpackError::NamedTwice { listed, distinct: archive.len() });
+    }
     let mut bytes: u64 = 0;
     let mut kinds = Vec::with_capacity(archive.len());
     for i in 0..archive.len() {
@@ -387,6 +394,32 @@ mod tests {
         let _next = unpack(&z, t.path(), &UnpackLimits::default()).unwrap();
         assert!(!left.exists(), "a directory older than this process is gone");
         assert!(live.root().exists(), "this process's own is kept");
+    }
+
+    /// Two entries of one name (a forged exit code after the runner's):
+    /// the zip library would keep one of them, silently.
+    #[test]
+    fn a_name_listed_twice_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        // Written as "a" and "b", then the second renamed "a" in both of
+        // its headers (the library refuses to write a name twice).
+        let z = zip_of(t.path(), &[("a", b"1"), ("b", b"0")]);
+        let mut bytes = fs::read(&z).unwrap();
+        let headers: Vec<usize> = bytes
+            .windows(4)
+            .enumerate()
+            .filter(|(_, w)| *w == [0x50, 0x4b, 0x03, 0x04] || *w == [0x50, 0x4b, 0x01, 0x02])
+            .map(|(i, _)| i)
+            .collect();
+        for h in headers {
+            let name_at = if bytes[h + 2] == 0x03 { h + 30 } else { h + 46 };
+            if bytes[name_at] == b'b' {
+                bytes[name_at] = b'a';
+            }
+        }
+        fs::write(&z, &bytes).unwrap();
+        let r = unpack(&z, t.path(), &UnpackLimits::default());
+        assert!(matches!(r, Err(UnpackError::NamedTwice { listed: 2, distinct: 1 })), "{r:?}");
     }
 
     #[test]

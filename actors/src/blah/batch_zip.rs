@@ -112,8 +112,10 @@ impl BatchZip {
             return Err(BatchZipError::TooManyEntries(listed as usize));
         }
         let mut archive = ZipArchive::new(f).map_err(|e| unreadable(&e))?;
-        if archive.len() > MAX_ENTRIES {
-            return Err(BatchZipError::TooManyEntries(archive.len()));
+        // The library keeps one entry per name: one listed twice shows
+        // only as a shorter list, and either copy could be the one kept.
+        if archive.len() as u64 != listed {
+            return Err(BatchZipError::Unreadable(format!("it lists {listed} entries under {} names", archive.len())));
         }
         let mut entries = HashMap::new();
         let mut twice = HashSet::new();

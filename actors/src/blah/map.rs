@@ -353,7 +353,7 @@ pub fn submit_batch_with_urls(
         (None, true) => return Err(MapError::NoImage(app.to_string())),
         _ => {}
     }
-    let inputs = if runner::is_runner(templates) {
+    let inputs = if templates.is_runner() {
         command_line::fits_wrapper(&raw_args)?;
         runner_inputs(ad, &iwd, app, &env, scratch, urls)?
     } else {

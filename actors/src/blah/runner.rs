@@ -1,21 +1,18 @@
 //! Jobs that bring their own executable, run by a project's runner app
-//! (`docs/runner.md`): what makes an app a runner, the job's archive of
-//! inputs and environment sent with the executable, and how the runner's
-//! output archive becomes the job's files and exit code.
+//! (`docs/runner.md`): the job's archive of inputs and environment sent
+//! with the executable, and how the runner's output archive becomes the
+//! job's files and exit code (what makes an app a runner is
+//! `Templates::is_runner`, which every layer asks).
 
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use gahp_protocol::boinc::Templates;
-
 use crate::config::UnpackLimits;
 use crate::unpack::{self, Unpacked};
 
 /// The runner's inputs and output, by their open names.
-pub const EXE_INPUT: &str = "condor_exec.exe";
-pub const JOB_ZIP: &str = "condor_job.zip";
-pub const OUT_ZIP: &str = "condor_out.zip";
+pub use gahp_protocol::boinc::{RUNNER_EXE_INPUT as EXE_INPUT, RUNNER_JOB_ZIP as JOB_ZIP, RUNNER_OUT_ZIP as OUT_ZIP};
 
 /// Files of the job's archive and of the runner's outputs that are the
 /// runner's, not the job's.
@@ -53,11 +50,6 @@ pub fn remove_scratch(dir: &Path) {
             tracing::warn!("can't remove {}: {e}", dir.display());
         }
     }
-}
-
-/// An app is a runner when its templates are the runner's.
-pub fn is_runner(t: &Templates) -> bool {
-    t.inputs == [EXE_INPUT, JOB_ZIP] && t.outputs == [OUT_ZIP]
 }
 
 /// Whether a file of the runner's output archive is the job's: not the
@@ -358,6 +350,7 @@ fn name_is_inside(name: &str) -> bool {
 mod tests {
     use super::*;
     use crate::config::UnpackLimits;
+    use gahp_protocol::boinc::Templates;
 
     fn t(inputs: &[&str], outputs: &[&str]) -> Templates {
         Templates { inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: outputs.iter().map(|s| s.to_string()).collect() }
@@ -365,9 +358,9 @@ mod tests {
 
     #[test]
     fn a_runner_is_known_by_its_templates() {
-        assert!(is_runner(&t(&[EXE_INPUT, JOB_ZIP], &[OUT_ZIP])));
-        assert!(!is_runner(&t(&[JOB_ZIP, EXE_INPUT], &[OUT_ZIP])));
-        assert!(!is_runner(&t(&["in"], &["out"])));
+        assert!(t(&[EXE_INPUT, JOB_ZIP], &[OUT_ZIP]).is_runner());
+        assert!(!t(&[JOB_ZIP, EXE_INPUT], &[OUT_ZIP]).is_runner());
+        assert!(!t(&["in"], &["out"]).is_runner());
     }
 
     #[test]

@@ -79,6 +79,19 @@ pub struct Templates {
     pub outputs: Vec<String>,
 }
 
+/// A runner app's inputs and output, by their open names (docs/runner.md).
+pub const RUNNER_EXE_INPUT: &str = "condor_exec.exe";
+pub const RUNNER_JOB_ZIP: &str = "condor_job.zip";
+pub const RUNNER_OUT_ZIP: &str = "condor_out.zip";
+
+impl Templates {
+    /// An app is a runner when its templates are the runner's: no
+    /// configuration says which apps are, so every layer asks this.
+    pub fn is_runner(&self) -> bool {
+        self.inputs == [RUNNER_EXE_INPUT, RUNNER_JOB_ZIP] && self.outputs == [RUNNER_OUT_ZIP]
+    }
+}
+
 /// One job of a `query_batch2` reply.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobState {

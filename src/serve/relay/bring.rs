@@ -92,13 +92,21 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             }
             let renamed = name.strip_prefix(".r").and_then(|i| i.parse::<usize>().ok()).and_then(|i| dsts.get(i));
             let dest = match renamed {
-                Some(dst) => dir.join(dst),
-                // Below the directory asked for (a zip's folders), and no
-                // dot-file: as the daemon itself places them.
-                None if stays_below(Path::new(&name)) && !hidden(&name) => dir.join(&name),
+                // As the daemon's own rename: no folder is made for it.
+                Some(dst) => {
+                    let dest = dir.join(dst);
+                    unpack::check_dest(dir, &dest).map_err(|e| e.to_string())?;
+                    dest
+                }
+                // Below the directory asked for (a zip's folders, made),
+                // and no dot-file: as the daemon itself places them.
+                None if stays_below(Path::new(&name)) && !hidden(&name) => {
+                    let dest = dir.join(&name);
+                    unpack::prepare_dest(dir, &dest).map_err(|e| e.to_string())?;
+                    dest
+                }
                 None => continue,
             };
-            unpack::prepare_dest(dir, &dest).map_err(|e| e.to_string())?;
             self.link.get_to(&from, &dest).await?;
         }
         Ok(())

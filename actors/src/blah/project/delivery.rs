@@ -11,7 +11,6 @@ use super::*;
 use crate::blah::batch_zip::{self, SharedBatchZip};
 use crate::blah::map;
 use crate::blah::outputs::{deliver_done, deliver_runner_done, held_ad, resolve_error};
-use crate::blah::runner;
 use crate::config::BlahConfig;
 use crate::project::output_fetcher::completed_job;
 use crate::project::rpc::RpcClient;
@@ -217,7 +216,7 @@ impl Delivery {
                 c
             }
         };
-        let done = if runner::is_runner(&templates) {
+        let done = if templates.is_runner() {
             deliver_runner_done(rpc, key, &self.job, &self.ad, &templates, &completed, zip, self.limits, deadline).await?
         } else {
             deliver_done(rpc, key, cfg, &self.job, &self.ad, &templates, &completed, zip, self.limits, deadline).await?

@@ -267,7 +267,7 @@ fn map_members(
 ) -> (SubmitBatch, Vec<String>, Vec<(String, SubmitFailure)>) {
     let mut spec = SubmitBatch { batch_name: batch.to_string(), app_name: app.to_string(), jobs: Vec::new(), params: Default::default() };
     let (mut included, mut refused) = (Vec::new(), Vec::new());
-    let is_runner = runner::is_runner(templates);
+    let is_runner = templates.is_runner();
     for (name, ad) in members {
         let Some(ad) = ad else {
             refused.push((name, SubmitFailure::Lost("the submit ad of this job was lost; condor_release the job")));

@@ -328,7 +328,7 @@ impl Run {
                 .map_err(SubmitError::Templates)?,
         };
         // A runner's wrapper would cut or rewrite these arguments.
-        if crate::blah::runner::is_runner(&templates) {
+        if templates.is_runner() {
             if let Some((job, refused)) = batch.beyond_wrapper() {
                 return Err(SubmitError::WrapperArgs { job: job.clone(), refused: refused.clone() });
             }

@@ -115,7 +115,7 @@ impl SequenceRelocator {
                 .map_err(|e| (true, e.to_string()))?;
             let inputs = step_inputs(&def, &templates, &state, |md5| paths.content_path(md5)).map_err(|e| (false, e))?;
             let args = command_line::quote_args(&def.args).map_err(|e| (false, e.to_string()))?;
-            if crate::blah::runner::is_runner(&templates) {
+            if templates.is_runner() {
                 command_line::fits_wrapper(&def.args).map_err(|e| (false, e.to_string()))?;
             }
             let batch = SubmitBatch {
