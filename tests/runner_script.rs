@@ -72,7 +72,7 @@ start)
     echo $? >"$S/exit"
     exit "$(cat "$S/exit")" ;;
 inspect) echo "exited $(cat "$S/exit")" ;;
-rm) ;;
+rm | pause | unpause) ;;
 *) echo "stand-in podman: $cmd?" >&2; exit 125 ;;
 esac
 "#;
@@ -157,26 +157,7 @@ impl Slot {
 
     /// [`Slot::run_status`] with the client's `PATH` given.
     fn run_with_path(&self, shell: &Shell, network: &str, args: &[&str], path: &str) -> (bool, String) {
-        let text = fs::read_to_string(launcher()).unwrap();
-        let set = format!("CONTAINER_NETWORK=\"{network}\"");
-        assert!(text.contains("\nCONTAINER_NETWORK=\"\"\n"), "the launcher has the line register sets");
-        let launcher = self.root.join("runner_1.0_x86_64-pc-linux-gnu_launcher.sh");
-        fs::write(&launcher, text.replace("\nCONTAINER_NETWORK=\"\"\n", &format!("\n{set}\n"))).unwrap();
-        let mut child = Command::new(&shell.argv[0])
-            .args(&shell.argv[1..])
-            .arg(&launcher)
-            .args(args)
-            .current_dir(&self.slot)
-            .env_clear()
-            .env("PATH", path)
-            .env("TMPDIR", self.root.join("tmp"))
-            .env("STUB", &self.stub)
-            .env("OUTSIDE", &self.outside)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = self.spawn(shell, network, args, path);
         let start = Instant::now();
         let status = loop {
             if let Some(s) = child.try_wait().unwrap() {
@@ -192,6 +173,30 @@ impl Slot {
         let mut stderr = String::new();
         std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
         (status.success(), stderr)
+    }
+
+    /// Starts the launcher as [`Slot::run_with_path`] runs it.
+    fn spawn(&self, shell: &Shell, network: &str, args: &[&str], path: &str) -> std::process::Child {
+        let text = fs::read_to_string(launcher()).unwrap();
+        let set = format!("CONTAINER_NETWORK=\"{network}\"");
+        assert!(text.contains("\nCONTAINER_NETWORK=\"\"\n"), "the launcher has the line register sets");
+        let launcher = self.root.join("runner_1.0_x86_64-pc-linux-gnu_launcher.sh");
+        fs::write(&launcher, text.replace("\nCONTAINER_NETWORK=\"\"\n", &format!("\n{set}\n"))).unwrap();
+        Command::new(&shell.argv[0])
+            .args(&shell.argv[1..])
+            .arg(&launcher)
+            .args(args)
+            .current_dir(&self.slot)
+            .env_clear()
+            .env("PATH", path)
+            .env("TMPDIR", self.root.join("tmp"))
+            .env("STUB", &self.stub)
+            .env("OUTSIDE", &self.outside)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
     }
 
     /// [`Slot::run_status`] of a run that must succeed: its stderr.
@@ -540,5 +545,53 @@ fn a_podman_among_the_jobs_files_is_never_run() {
         assert!(ok, "{}: {stderr}", shell.name);
         assert!(!s.outside.join("ran").exists(), "{}: the job's podman ran", shell.name);
         assert_eq!(s.read("_condor_stdout"), "in-container\n", "{}: the stand-in ran it", shell.name);
+    }
+}
+
+/// The volunteer in charge (docs/runner.md "The volunteer in charge"):
+/// the wrapper, started with --use_tstp, sends the launcher SIGTSTP to
+/// suspend, SIGCONT to resume and SIGTERM to end the task; the launcher
+/// pauses, unpauses and removes the container, and ends with no exit
+/// code for the job.
+#[test]
+fn a_container_job_follows_the_wrappers_suspend_resume_and_end() {
+    let slow = "#!/bin/sh\ni=0\nwhile [ $i -lt 100 ]; do i=$((i+1)); sleep 0.1; done\n";
+    let inputs = container_inputs("localhost/boinc-gahp-test:1");
+    for shell in shells() {
+        let n = shell.name;
+        let s = Slot::new(slow.as_bytes(), &as_refs(&inputs));
+        let mut child = s.spawn(&shell, "none", &[], &format!("{}:/usr/bin:/bin", s.stub.join("bin").display()));
+        let pid = child.id().to_string();
+        let signal = |sig: &str| assert!(Command::new("kill").args([sig, &pid]).status().unwrap().success(), "{n}: kill {sig}");
+        let called = |call: &str| {
+            let end = Instant::now() + Duration::from_secs(10);
+            while !s.podman_calls().iter().any(|c| c == call) {
+                assert!(Instant::now() < end, "{n}: no podman {call}: {:?}", s.podman_calls());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        called("start --attach --interactive --sig-proxy=false cid-of-the-job");
+        signal("-TSTP");
+        called("pause -- cid-of-the-job");
+        signal("-CONT");
+        called("unpause -- cid-of-the-job");
+        signal("-TERM");
+        let end = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < end, "{n}: the launcher goes on after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "{n}: an ended task is no success: {stderr}");
+        called("rm --force --time 0 -- cid-of-the-job");
+        for note in ["condor_runner: suspended\n", "condor_runner: resumed\n", "condor_runner: ended by BOINC: the container is removed\n"]
+        {
+            assert!(stderr.contains(note), "{n}: {note:?} not in {stderr}");
+        }
+        assert!(!s.slot.join("_condor_exit_code").exists(), "{n}: an ended job has no exit code");
     }
 }
