@@ -300,7 +300,9 @@ else
     run_podman start --attach --interactive --sig-proxy=false "$cid" <"$stdin" >_condor_stdout 2>_condor_stderr &
     started=$!
     while wait "$started"; rc=$?; [ "$rc" -gt 128 ] && kill -0 "$started" 2>/dev/null; do :; done
-    trap - TSTP CONT TERM INT HUP
+    # An end from here on still removes the container (a signal's
+    # default would skip the EXIT trap).
+    trap - TSTP CONT
     state=$(run_podman inspect --format '{{.State.Status}} {{.State.ExitCode}}' "$cid" 2>&1)
     case $state in
     "exited "*) rc=${state#exited } ;;
