@@ -367,3 +367,54 @@ fn write_err(plan: &OutputPlan, stderr: &str) -> Result<(), String> {
 fn write_whole(path: &Path, bytes: &[u8]) -> io::Result<()> {
     atomic_file::write_whole(path, |f| f.write_all(bytes))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::project::output_fetcher::tests::zip_with;
+
+    /// `+remote_BoincUnzipOutputs` keeps a host's zip to what a runner
+    /// job gets back: its top-level files, or the files named; never a
+    /// dot-file, a folder, a file through a link in `Iwd`, or one over the
+    /// job's own files; nothing placed when one is refused.
+    #[test]
+    fn unzipped_outputs_keep_to_the_jobs_files() {
+        let t = tempfile::tempdir().unwrap();
+        let (iwd, elsewhere) = (t.path().join("home"), t.path().join("elsewhere"));
+        std::fs::create_dir_all(&iwd).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, iwd.join("data")).unwrap();
+        std::fs::write(iwd.join("in.txt"), "mine").unwrap();
+        let limits = UnpackLimits::default();
+        let listing = || {
+            let mut l: Vec<String> = std::fs::read_dir(&iwd).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            l.sort();
+            l
+        };
+        let z = zip_with(&[("upper.txt", b"UP"), (".bashrc", b"evil"), ("sub/deep.txt", b"d"), ("data/x", b"evil")]);
+        unpack_outputs(&[z.path().to_path_buf()], &iwd, &[], &[], &limits).unwrap();
+        assert_eq!(listing(), ["data", "in.txt", "upper.txt"]);
+        assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+
+        // Named, through the link: refused, nothing placed.
+        let z = zip_with(&[("a.txt", b"a"), ("x", b"evil")]);
+        let named = [("a.txt".to_string(), iwd.join("a.txt")), ("x".to_string(), iwd.join("data/x"))];
+        let e = unpack_outputs(&[z.path().to_path_buf()], &iwd, &named, &[], &limits).unwrap_err();
+        assert!(e.contains("is a link"), "{e}");
+        assert!(!iwd.join("a.txt").exists() && std::fs::read_dir(&elsewhere).unwrap().count() == 0);
+
+        // Over the job's own input: refused, the input as it was.
+        let z = zip_with(&[("in.txt", b"evil"), ("b.txt", b"b")]);
+        let e = unpack_outputs(&[z.path().to_path_buf()], &iwd, &[], &[iwd.join("in.txt")], &limits).unwrap_err();
+        assert!(e.contains("replace its own"), "{e}");
+        assert_eq!(std::fs::read_to_string(iwd.join("in.txt")).unwrap(), "mine");
+        assert!(!iwd.join("b.txt").exists());
+
+        // Over a bound: refused before anything is written.
+        let z = zip_with(&[("c.txt", &[b'c'; 2000])]);
+        let small = UnpackLimits { max_bytes: 1000, ..limits };
+        let e = unpack_outputs(&[z.path().to_path_buf()], &iwd, &[], &[], &small).unwrap_err();
+        assert!(e.contains("more than 1000"), "{e}");
+        assert_eq!(listing(), ["data", "in.txt", "upper.txt"], "no scratch left");
+    }
+}
