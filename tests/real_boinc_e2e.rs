@@ -739,6 +739,16 @@ fn test_image() -> String {
     std::env::var("BOINC_REAL_CONTAINER_IMAGE").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "localhost/boinc-gahp-test:1".into())
 }
 
+/// A daemon config whose jobs with an image go to the container runner.
+fn container_config(real: &Real) -> String {
+    format!(
+        "[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 1\n\
+         container_runner_app = \"container_runner\"\n[blah.apps.container_runner]\ncontainer = true\n",
+        real.url,
+        real.auth_file.display()
+    )
+}
+
 /// A `batch boinc` job with `container_image`, naming no app, runs in the
 /// project's container runner (`deploy/boinc-runner/register --container`:
 /// BOINC's wrapper and `condor_runner.sh`, which runs the job's program
@@ -751,12 +761,7 @@ fn test_image() -> String {
 fn a_container_job_runs_in_its_image() {
     let real = real();
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 1\n\
-         container_runner_app = \"container_runner\"\n[blah.apps.container_runner]\ncontainer = true\n",
-        real.url,
-        real.auth_file.display()
-    );
+    let config = container_config(&real);
     let mut g = daemon(&real, dir.path(), &config);
     let iwd = dir.path().join("boxed");
     std::fs::create_dir_all(&iwd).unwrap();
@@ -869,12 +874,7 @@ fn a_container_job_stops_when_the_volunteer_says_so() {
     let real = real();
     let clients = clients(&real);
     let dir = tempfile::tempdir().unwrap();
-    let config = format!(
-        "[blah]\nproject_url = \"{}\"\nauthenticator_file = \"{}\"\nstatus_refresh_secs = 1\n\
-         container_runner_app = \"container_runner\"\n[blah.apps.container_runner]\ncontainer = true\n",
-        real.url,
-        real.auth_file.display()
-    );
+    let config = container_config(&real);
     let mut g = daemon(&real, dir.path(), &config);
     let mut nudgers: Vec<Nudger> = clients.iter().map(|c| Nudger::new(Some(c), NUDGE_EVERY)).collect();
     let mut wait = |marker: &str, within: Duration, until: &dyn Fn(&Container) -> bool| {
