@@ -11,26 +11,33 @@ fn sibling(name: &str) -> PathBuf {
     p
 }
 
-#[test]
-fn one_seed_against_the_simulated_project_passes_and_writes_a_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("report.json");
+/// One run of the built `gahp-chaos --sim` with `args`, its work and
+/// report in `dir`: its stdout and report, after checking that it passed.
+fn chaos_sim(dir: &std::path::Path, args: &[&str]) -> (String, serde_json::Value) {
+    let report = dir.join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_gahp-chaos"))
-        .args(["--sim", "--seed", "5", "--runs", "1", "--batches", "4", "--profile", "default", "--finish-wait", "120"])
+        .args(["--sim", "--runs", "1"])
+        .args(args)
         .arg("--gahp")
         .arg(sibling("boinc_gahp"))
         .arg("--sim-exe")
         .arg(sibling("boinc-sim"))
         .arg("--work-dir")
-        .arg(dir.path().join("runs"))
+        .arg(dir.join("runs"))
         .arg("--report")
         .arg(&report)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "gahp-chaos failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    (stdout, serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap())
+}
+
+#[test]
+fn one_seed_against_the_simulated_project_passes_and_writes_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let (stdout, json) = chaos_sim(dir.path(), &["--seed", "5", "--batches", "4", "--profile", "default", "--finish-wait", "120"]);
     assert!(stdout.contains("summary: 1 runs, 4 batches"), "{stdout}");
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     assert_eq!(json["violations"], 0);
     let run = &json["runs"][0];
     assert_eq!(run["seed"], 5);
@@ -56,22 +63,7 @@ fn a_missing_project_is_an_error_not_a_pass() {
 /// hostile kind reached the daemon.
 fn hostile_run(profile: &str) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("report.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_gahp-chaos"))
-        .args(["--sim", "--seed", "1", "--runs", "1", "--batches", "64", "--profile", profile, "--finish-wait", "60"])
-        .arg("--gahp")
-        .arg(sibling("boinc_gahp"))
-        .arg("--sim-exe")
-        .arg(sibling("boinc-sim"))
-        .arg("--work-dir")
-        .arg(dir.path().join("runs"))
-        .arg("--report")
-        .arg(&report)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "gahp-chaos failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let (_, json) = chaos_sim(dir.path(), &["--seed", "1", "--batches", "64", "--profile", profile, "--finish-wait", "60"]);
     assert_eq!(json["violations"], 0);
     let run = json["runs"][0].clone();
     assert_eq!(run["skipped"].as_array().unwrap().len(), 0, "{run}");
