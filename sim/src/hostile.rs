@@ -18,9 +18,9 @@ use std::sync::OnceLock;
 use zip::write::SimpleFileOptions;
 use zip::ZipWriter;
 
+use crate::apps::runner::{self, EXIT_CODE_FILE, STDERR_FILE, STDOUT_FILE};
 use crate::apps::{AppSpec, InstanceRun};
 use crate::ctx::Ctx;
-use crate::runner::{self, EXIT_CODE_FILE, STDERR_FILE, STDOUT_FILE};
 use crate::store::{Instance, Workunit};
 
 /// The kinds of hostile `condor_out.zip`.

@@ -394,7 +394,7 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
         crate::hostile::tamper(ctx, &a.spec, w, &x, run);
     }
     let optional = |i: usize| app.is_some_and(|a| a.spec.output_is_optional(i));
-    let runner_zip = |i: usize| app.is_some_and(|a| a.spec.outputs.get(i).is_some_and(|n| n == crate::runner::OUT_ZIP));
+    let runner_zip = |i: usize| app.is_some_and(|a| a.spec.outputs.get(i).is_some_and(|n| n == crate::apps::runner::OUT_ZIP));
     let quorum = wu.as_ref().is_some_and(|w| w.min_quorum > 1);
     // A runner's zip that its validator would refuse (replica.rs).
     let mut refused = None;

@@ -34,7 +34,6 @@ pub mod php;
 mod replica;
 mod replies;
 mod rpc;
-pub mod runner;
 mod server_status;
 mod store;
 pub mod xmlreq;

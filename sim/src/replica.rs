@@ -20,7 +20,7 @@ use std::path::Path;
 
 use md5::{Digest, Md5};
 
-use crate::runner::{EXIT_CODE_FILE, STDOUT_FILE};
+use crate::apps::runner::{EXIT_CODE_FILE, STDOUT_FILE};
 
 /// Bounds of one zip, as the validator's (and the daemon's defaults):
 /// entries, and bytes unpacked per byte of zip once past a first

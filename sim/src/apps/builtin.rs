@@ -59,13 +59,13 @@ pub fn app_main_in(dir: &Path, args: &[OsString], log: &mut dyn Write) -> i32 {
     };
     lg.line(&format!("{name}: app started; argc {}", args.len()));
 
-    if name == crate::runner::NAME {
+    if name == super::runner::NAME {
         // Every word after the name is the job's own: the runner takes
         // none of the flags below. They reach the job as BOINC's wrapper
         // passes them on.
         let given: Vec<String> = args[1..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
         let words = super::wrapper_words(&given).map(|w| w.into_iter().map(OsString::from).collect::<Vec<_>>());
-        let code = match words.and_then(|words| crate::runner::run(dir, &words, &mut lg)) {
+        let code = match words.and_then(|words| super::runner::run(dir, &words, &mut lg)) {
             Ok(()) => 0,
             Err(msg) => {
                 lg.line(&format!("{name}: {msg}"));

@@ -20,6 +20,7 @@
 mod builtin;
 mod command_line;
 mod instance;
+pub mod runner;
 mod stepper;
 
 use std::ffi::OsString;
@@ -227,7 +228,7 @@ impl AppSpec {
 ///   of a work sequence, see [`stepper_next`];
 /// * `runner`: `condor_exec.exe`, `condor_job.zip` → `condor_out.zip`: runs
 ///   the job's own executable as `docs/runner.md` says, see
-///   [`crate::runner`]. Its template leaves the bounds to the job.
+///   [`runner`]. Its template leaves the bounds to the job.
 pub fn builtin_apps() -> Vec<AppSpec> {
     let mut stepper = AppSpec::new("stepper", &["state", "extra"], &["state", "DONE"]);
     stepper.optional_outputs = vec!["state".into(), "DONE".into()];
@@ -237,7 +238,7 @@ pub fn builtin_apps() -> Vec<AppSpec> {
         AppSpec::new("zipper", &["in"], &["results.zip"]),
         AppSpec::new("concat", &["a", "b"], &["out"]),
         stepper,
-        crate::runner::spec(),
+        runner::spec(),
     ]
 }
 

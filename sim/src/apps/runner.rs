@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use crate::apps::{AppLog, AppSpec};
+use super::{AppLog, AppSpec};
 
 /// The app's name.
 pub const NAME: &str = "runner";
