@@ -20,10 +20,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
-use gahp_actors::broker::matchmaker::{
-    job_ad, project_ad, rank_projects, Gathered, InputData, JobSide, ProjectSide, ProjectStatus, DATA_OVERLAP,
-};
-use gahp_actors::broker::pool::{DEFAULT_RANK, DEFAULT_REQUIREMENTS};
+use gahp_broker::matchmaker::{job_ad, project_ad, rank_projects, Gathered, InputData, JobSide, ProjectSide, ProjectStatus, DATA_OVERLAP};
+use gahp_broker::pool::{DEFAULT_RANK, DEFAULT_REQUIREMENTS};
 use gahp_protocol::classad::expr::Expr;
 
 const PROJECTS: usize = 5;

@@ -175,7 +175,7 @@ fn md5_throughput(mb: usize) {
             .unwrap()
     };
     let ours = best(&|| {
-        gahp_actors::file_stager::md5_file(&p).unwrap();
+        gahp_services::file_stager::md5_file(&p).unwrap();
     });
     let theirs = best(&|| {
         let out = std::process::Command::new("md5sum").arg(&p).output().expect("md5sum runs");

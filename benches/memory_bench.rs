@@ -28,8 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use gahp_actors::project::submit_pipeline::CompactBatch;
-use gahp_actors::result_queue::TAIL_CHUNK;
+use gahp_project::submit_pipeline::CompactBatch;
 use gahp_protocol::boinc::reply::QueryBatch2Reader;
 use gahp_protocol::boinc::{reply, request, SubmitJob, SubmitParams};
 use gahp_protocol::classad::Value;
@@ -37,6 +36,7 @@ use gahp_protocol::gahp::{
     AsyncCommand, BlahCommand, CommandResult, InputFile, JobParams, JobSpec, QueryAnswerBuilder, ReqId, Request, SubmitBatch,
 };
 use gahp_protocol::Authenticator;
+use gahp_services::result_queue::TAIL_CHUNK;
 use gahp_testkit::{blah_job_ad, GahpClient, SimProcess};
 
 const WAIT: Duration = Duration::from_secs(1200);

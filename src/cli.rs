@@ -10,7 +10,7 @@ use std::io;
 use std::path::Path;
 
 use clap::{Parser, Subcommand};
-use gahp_actors::project::ProjectKey;
+use gahp_project::ProjectKey;
 use gahp_protocol::Authenticator;
 
 use crate::settings::{init_logging, GlobalFlags, Settings};
@@ -72,7 +72,7 @@ pub fn run_daemon(settings: Settings) -> io::Result<()> {
     let initial = std::env::current_dir().ok().and_then(|d| initial_project(&d));
     let system = actix_rt::System::new();
     system.block_on(async {
-        gahp_actors::start_daemon(
+        gahp_session::start_daemon(
             settings.daemon,
             crate::stdin::stdin(),
             Box::new(io::BufWriter::with_capacity(64 * 1024, io::stdout())),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use gahp_protocol::gahp::{AsyncCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, Request, SubmitBatch};
 use gahp_protocol::Authenticator;
 
-use gahp_testkit::GahpClient;
+use gahp_client::GahpClient;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DemoArgs {

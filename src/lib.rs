@@ -3,7 +3,7 @@
 //!
 //! Three layers over the workspace's crates, top to bottom. A module names
 //! only modules of its own layer or a lower one, and no files name each
-//! other around a circle (`actors/tests/layers.rs` checks both; see
+//! other around a circle (`tests/layers.rs` checks both; see
 //! `docs/design.md`, "Layers"):
 //!
 //! ```text
@@ -22,8 +22,9 @@
 //!                                    read on the runtime's thread
 //! ```
 //!
-//! Below them: gahp-actors, gahp-protocol, and with `sim` boinc-sim and
-//! gahp-testkit.
+//! Below them: the daemon's crates (gahp-session over gahp-blah,
+//! gahp-broker, gahp-sequences, gahp-project, gahp-services),
+//! gahp-protocol, and with `sim` boinc-sim and gahp-testkit.
 
 #![forbid(unsafe_code)]
 

@@ -17,7 +17,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use gahp_actors::atomic_file;
+use gahp_services::atomic_file;
 
 /// Where `remote_gahp` looks when the job names no `--rgahp-glite`.
 pub const DEFAULT_DIR: &str = "bosco/glite";

@@ -12,8 +12,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gahp_actors::config::LogRotation;
-use gahp_actors::DaemonConfig;
+use gahp_services::config::LogRotation;
+use gahp_services::DaemonConfig;
 
 use crate::log_file::DroppingLog;
 
@@ -30,7 +30,7 @@ pub struct GlobalFlags {
     /// Log file (rotated daily); default `<state dir>/boinc_gahp.log`.
     #[arg(long)]
     pub log_file: Option<PathBuf>,
-    /// Log filter, e.g. `info` or `gahp_actors=debug`.
+    /// Log filter, e.g. `info` or `gahp_project=debug`.
     #[arg(long)]
     pub log_level: Option<String>,
     /// Seconds a command may take, retries included (default 270).

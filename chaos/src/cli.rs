@@ -226,7 +226,7 @@ fn sweep(cli: &Cli) -> Result<bool, String> {
                 let f = f.canonicalize().map_err(|e| format!("{}: {e}", f.display()))?;
                 (
                     cli.url.clone().ok_or("--url is needed")?,
-                    gahp_actors::config::read_authenticator_file(&f).map_err(|e| e.to_string())?,
+                    gahp_services::config::read_authenticator_file(&f).map_err(|e| e.to_string())?,
                     f,
                     Source::Rpc,
                 )

@@ -194,7 +194,7 @@ impl Upstream {
         if !base_path.ends_with('/') {
             base_path.push('/');
         }
-        let tls = if https { Some(Arc::new(gahp_actors::project::rpc::tls_config(ca_files).map_err(HttpError::Tls)?)) } else { None };
+        let tls = if https { Some(Arc::new(gahp_project::rpc::tls_config(ca_files).map_err(HttpError::Tls)?)) } else { None };
         Ok(Upstream { host, port, base_path, tls })
     }
 

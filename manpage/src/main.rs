@@ -180,7 +180,7 @@ fn main() -> ExitCode {
     ];
     for (page, render) in pages {
         let dest = dir.join(page);
-        let written = gahp_actors::atomic_file::write_whole(&dest, |f| {
+        let written = gahp_services::atomic_file::write_whole(&dest, |f| {
             let mut w = io::BufWriter::new(f);
             render(&mut w)?;
             w.flush()

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use proptest::prelude::*;
 
 use gahp_protocol::gahp::escape::join_args;
-use gahp_protocol::gahp::sequence::{format, parse, CreateSequence, FetchSequence, SequenceCommand, StepSelector};
+use gahp_protocol::gahp::sequence_commands::{format, parse, CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 use gahp_protocol::gahp::{InputFile, ReqId};
 
 fn plausible_token() -> impl Strategy<Value = Vec<u8>> {

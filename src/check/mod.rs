@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use gahp_actors::DaemonConfig;
+use gahp_services::DaemonConfig;
 
 use crate::settings::{config_path, GlobalFlags};
 pub use report::{Level, Report};
@@ -171,10 +171,10 @@ mod tests {
 
     #[test]
     fn config_errors_carry_their_line() {
-        let e = gahp_actors::DaemonConfig::from_toml("[blah]\nbatch_max_jobs = 0\n").unwrap_err();
+        let e = gahp_services::DaemonConfig::from_toml("[blah]\nbatch_max_jobs = 0\n").unwrap_err();
         assert!(with_line("[blah]\nbatch_max_jobs = 0\n", &e).starts_with("line 2: blah.batch_max_jobs"), "{e}");
         let text = "state_dir = \"/x\"\n[blah\n";
-        let e = gahp_actors::DaemonConfig::from_toml(text).unwrap_err();
+        let e = gahp_services::DaemonConfig::from_toml(text).unwrap_err();
         let shown = with_line(text, &e);
         assert!(shown.starts_with("TOML parse error at line 2") && !shown.contains('\n') && !shown.contains('|'), "{shown}");
     }

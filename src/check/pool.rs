@@ -7,15 +7,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::Actor;
-use gahp_actors::broker::matchmaker::{project_ad, ProjectSide};
-use gahp_actors::broker::pool::Pool;
-use gahp_actors::broker::project_ads::{CurrentAds, ProjectAds};
-use gahp_actors::broker::rank_functions::ad_json;
-use gahp_actors::file_stager::FileStager;
-use gahp_actors::projects::Projects;
-use gahp_actors::result_queue::ResultQueue;
-use gahp_actors::state_db::StateDb;
-use gahp_actors::DaemonConfig;
+use gahp_broker::matchmaker::{project_ad, ProjectSide};
+use gahp_broker::pool::Pool;
+use gahp_broker::project_ads::{CurrentAds, ProjectAds};
+use gahp_broker::rank_functions::ad_json;
+use gahp_broker::registry::Registry;
+use gahp_services::file_stager::FileStager;
+use gahp_services::result_queue::ResultQueue;
+use gahp_services::state_db::StateDb;
+use gahp_services::DaemonConfig;
 use serde_json::json;
 
 use super::project::{account, answers, client};
@@ -42,7 +42,7 @@ pub async fn check(config: &DaemonConfig, path: &Path, app: Option<&str>, timeou
     }
     // The ads as the broker computes them: its own actors, on a state
     // database of this run only (nothing of the daemon's is touched).
-    let db = match StateDb::in_memory(gahp_actors::SCHEMA) {
+    let db = match StateDb::in_memory(gahp_session::SCHEMA) {
         Ok(db) => db,
         Err(e) => {
             report.add(Level::Fail, "pool", format!("internal error: {e}"));
@@ -51,7 +51,7 @@ pub async fn check(config: &DaemonConfig, path: &Path, app: Option<&str>, timeou
     };
     let stager = FileStager::new(db.clone(), 1).start();
     let queue = ResultQueue::default().start();
-    let projects = Projects::new(Arc::new(config.clone()), queue, stager, db).start();
+    let projects = Registry::new(Arc::new(config.clone()), queue, stager, db).start();
     let pool = Arc::new(pool);
     let ads = ProjectAds::new(pool.clone(), projects).start();
     let asked =

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr};
-use gahp_actors::project::rpc::{Rpc, RpcClient, RpcError};
-use gahp_actors::project::ProjectKey;
-use gahp_actors::DaemonConfig;
+use gahp_project::rpc::{Rpc, RpcClient, RpcError};
+use gahp_project::ProjectKey;
 use gahp_protocol::boinc::{reply, request, Script, Templates};
 use gahp_protocol::Authenticator;
+use gahp_services::DaemonConfig;
 use serde_json::json;
 
 use super::{expand_home, uploads, CheckArgs, Level, Report};
@@ -56,7 +56,7 @@ impl Target {
 
 /// The account key, as the daemon reads it.
 pub fn read_authenticator(file: &std::path::Path) -> Result<Authenticator, String> {
-    gahp_actors::config::read_authenticator_file(file).map_err(|e| e.to_string())
+    gahp_services::config::read_authenticator_file(file).map_err(|e| e.to_string())
 }
 
 /// An HTTP client for the project, as the daemon makes one.

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use gahp_actors::project::submit_records;
-use gahp_actors::state_db;
+use gahp_project::submit_records;
+use gahp_services::state_db;
 use serde_json::json;
 
 use super::{Level, Report};
@@ -16,7 +16,7 @@ pub fn check(dir: &Path, report: &mut Report) {
         Ok(None) => report.add(Level::Ok, "state", format!("{shown} does not exist yet; the daemon will create it")),
         Err(e) => report.add(Level::Fail, "state", format!("{shown}: {e}")),
     }
-    let daemon = state_db::newest_version(gahp_actors::SCHEMA);
+    let daemon = state_db::newest_version(gahp_session::SCHEMA);
     let mut detail = json!({ "dir": dir, "daemon_schema_version": daemon });
     match inspect(dir) {
         Ok(None) => report.add(Level::Ok, "state", "no state database yet; the daemon will create it".into()),

@@ -22,11 +22,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use actix::Addr;
-use gahp_actors::project::rpc::{upload_body_len, Attachment, Rpc, RpcClient, RpcError};
-use gahp_actors::DaemonConfig;
+use gahp_project::rpc::{upload_body_len, Attachment, Rpc, RpcClient, RpcError};
 use gahp_protocol::boinc::reply::{self, UploadRefusal};
 use gahp_protocol::boinc::{request, Script};
 use gahp_protocol::Authenticator;
+use gahp_services::DaemonConfig;
 use serde_json::json;
 
 use super::{Level, Report};

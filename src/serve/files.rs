@@ -19,10 +19,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
-use gahp_actors::session::GahpDecoder;
-use gahp_actors::tenancy::Tenancy;
 use gahp_protocol::gahp::escape::{join_args, split_args};
 use gahp_protocol::gahp::{self, AsyncCommand, Frame, Request};
+use gahp_session::session::GahpDecoder;
+use gahp_session::tenancy::Tenancy;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 use tokio_util::codec::Decoder;
@@ -227,7 +227,7 @@ impl Sink {
             .parent()
             .map(std::fs::create_dir_all)
             .transpose()
-            .and_then(|_| gahp_actors::atomic_file::temp_beside(dest))
+            .and_then(|_| gahp_services::atomic_file::temp_beside(dest))
             .map_err(|e| format!("can't store it: {e}"))?;
         Ok(Sink { tmp, hasher: Sha256::new(), got: 0 })
     }
@@ -260,7 +260,7 @@ enum Refused {
     #[error("{0}")]
     Io(#[from] io::Error),
     #[error(transparent)]
-    Path(#[from] gahp_actors::tenancy::Refusal),
+    Path(#[from] gahp_session::tenancy::Refusal),
 }
 
 fn arg(args: &[Vec<u8>], i: usize) -> Result<&[u8], Refused> {
@@ -419,7 +419,7 @@ impl Area {
                     std::fs::create_dir_all(dir)?;
                 }
                 // A copy, not a link: the job may not change the stored content.
-                gahp_actors::atomic_file::copy_whole(&from, &to)?;
+                gahp_services::atomic_file::copy_whole(&from, &to)?;
                 ok
             }
             b"FRESH" => {
@@ -489,7 +489,7 @@ impl Area {
             if digest != sha256 {
                 return Err(format!("the content's SHA-256 is {digest}, not {sha256}"));
             }
-            gahp_actors::atomic_file::persist(tmp, &dest).map_err(|e| format!("can't store it: {e}"))?;
+            gahp_services::atomic_file::persist(tmp, &dest).map_err(|e| format!("can't store it: {e}"))?;
             tracing::info!(client = %area.tenancy.client, sha256, bytes = size, "stored an uploaded input");
             Ok(())
         })
@@ -563,17 +563,17 @@ fn list(dir: &Path, rel: &Path, found: &mut Vec<Vec<u8>>) -> io::Result<()> {
 /// files of the client's sequences that may still run a step, from its
 /// state database.
 fn sequence_inputs(client_dir: &Path) -> io::Result<HashSet<std::ffi::OsString>> {
-    let Some(conn) = gahp_actors::state_db::open_read_only(client_dir).map_err(io::Error::other)? else { return Ok(HashSet::new()) };
-    let paths = gahp_actors::sequences::store::inputs_in_use(&conn).map_err(io::Error::other)?;
+    let Some(conn) = gahp_services::state_db::open_read_only(client_dir).map_err(io::Error::other)? else { return Ok(HashSet::new()) };
+    let paths = gahp_sequences::store::inputs_in_use(&conn).map_err(io::Error::other)?;
     Ok(paths.iter().filter_map(|p| p.file_name().map(|n| n.to_os_string())).collect())
 }
 
 /// The names in `.transfer/blah/` of the client's BLAH jobs still to be
 /// submitted or watched, from its state database.
 fn live_blah_dirs(client_dir: &Path) -> io::Result<HashSet<std::ffi::OsString>> {
-    let Some(conn) = gahp_actors::state_db::open_read_only(client_dir).map_err(io::Error::other)? else { return Ok(HashSet::new()) };
-    let dirs = gahp_actors::blah::store::live_job_dirs(&conn).map_err(io::Error::other)?;
-    Ok(dirs.iter().map(|d| gahp_actors::blah::map::dir_token(d).into()).collect())
+    let Some(conn) = gahp_services::state_db::open_read_only(client_dir).map_err(io::Error::other)? else { return Ok(HashSet::new()) };
+    let dirs = gahp_blah::job_records::live_job_dirs(&conn).map_err(io::Error::other)?;
+    Ok(dirs.iter().map(|d| gahp_blah::map::dir_token(d).into()).collect())
 }
 
 /// A file being written (atomic_file's `.<name>.<random>.part`).

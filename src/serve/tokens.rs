@@ -16,7 +16,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use gahp_actors::atomic_file;
+use gahp_services::atomic_file;
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -46,7 +46,7 @@ pub enum TokenError {
     #[error("a client needs at least one --project URL=AUTHFILE")]
     NoProjects,
     #[error("project {url}: {source}")]
-    Authenticator { url: String, source: gahp_actors::config::AuthenticatorFileError },
+    Authenticator { url: String, source: gahp_services::config::AuthenticatorFileError },
 }
 
 /// A token as a client presents it. Its Debug and Display redact it.
@@ -235,7 +235,7 @@ pub fn parse_project(arg: &str) -> Result<ClientProject, TokenError> {
 
 /// Checks that an authenticator file holds an account key now.
 fn check_authenticator(url: &str, path: &Path) -> Result<(), TokenError> {
-    gahp_actors::config::read_authenticator_file(path).map(drop).map_err(|source| TokenError::Authenticator { url: url.into(), source })
+    gahp_services::config::read_authenticator_file(path).map(drop).map_err(|source| TokenError::Authenticator { url: url.into(), source })
 }
 
 /// Holds `<tokens>.lock` locked while it lives: one `token` edit at a time.

@@ -1,22 +1,23 @@
-//! What drives the daemon from outside, as HTCondor does: a GAHP client over
-//! pipes, and a `boinc-sim` process on loopback with its introspection (or
-//! a real project's client, through `boinccmd`). Used
-//! by the demo, the end-to-end tests, the benchmarks and the chaos harness;
-//! the production daemon links none of it.
+//! What drives the daemon from outside, as HTCondor does, for the
+//! end-to-end tests, the benchmarks and the chaos harness: the GAHP client
+//! over pipes (the `gahp-client` crate, which the demo uses alone), a
+//! `boinc-sim` process on loopback with its introspection, BLAH job ads,
+//! zips as hosts send them. The daemon's package links it only in its
+//! tests and benchmarks. (A real project's client is driven by
+//! `real-boinc/boinc_client.rs`, with the rest of that test.)
 
 #![forbid(unsafe_code)]
 
 pub mod blah_ad;
-pub mod boinc_client;
-pub mod gahp_client;
 pub mod sim_process;
 pub mod tmpfs;
+pub mod zips;
 
 pub use blah_ad::blah_job_ad;
-pub use boinc_client::{BoincClient, ClientTask, Nudger};
 pub use gahp_client::GahpClient;
 pub use sim_process::{http, SimProcess};
 pub use tmpfs::PrivateTmpfs;
+pub use zips::zip_file;
 
 /// Every file under `dir`, at any depth (for tests that look for what a
 /// run left behind).

@@ -149,14 +149,14 @@ pub fn pool_file(dir: &Path, projects: &[(&str, &Sim)], extra: &str) -> PathBuf 
 }
 
 /// A `BOINC_SEQUENCE_*` command; its result's fields after the id.
-pub fn sequence_call(g: &mut GahpClient, command: gahp_protocol::gahp::sequence::SequenceCommand) -> Vec<String> {
+pub fn sequence_call(g: &mut GahpClient, command: gahp_protocol::gahp::sequence_commands::SequenceCommand) -> Vec<String> {
     g.call(|id| Request::Sequence { reqid: ReqId(id), command }, WAIT).unwrap()
 }
 
 /// Queries the sequence until it is no longer `RUNNING` (at most
 /// `within`); the last query's fields.
 pub fn wait_sequence_over(g: &mut GahpClient, name: &str, within: Duration) -> Vec<String> {
-    use gahp_protocol::gahp::sequence::SequenceCommand;
+    use gahp_protocol::gahp::sequence_commands::SequenceCommand;
     let until = std::time::Instant::now() + within;
     loop {
         let r = sequence_call(g, SequenceCommand::Query { name: name.into() });

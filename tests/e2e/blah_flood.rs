@@ -45,7 +45,7 @@ fn a_submit_flood_is_paced_and_every_command_behind_it_is_answered_once() {
     std::fs::write(
         &config,
         format!(
-            "log_level = \"info,gahp_actors::session=debug,gahp_actors::blah::jobs=debug\"\n[blah]\nproject_url = \"{}\"\n\
+            "log_level = \"info,gahp_session::session=debug,gahp_blah::jobs=debug\"\n[blah]\nproject_url = \"{}\"\n\
              authenticator_file = \"boinc.auth\"\ndefault_app = \"uppercase\"\nstatus_refresh_secs = 0.5\n\
              batch_window_secs = 0.5\nmax_commands_in_progress = {PLACES}\n",
             sim.url

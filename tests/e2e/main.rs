@@ -6,7 +6,7 @@
 //!     cargo test --release --test e2e                 # all of them
 //!     cargo test --release --test e2e blah::          # one module
 //!
-//! The tests against a real BOINC server are `tests/real_boinc_e2e.rs`.
+//! The tests against a real BOINC server are `real-boinc/e2e.rs`.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -25,7 +25,7 @@ fn toml_blocks(page: &str) -> Vec<String> {
 fn the_daemon_config_example_parses() {
     let blocks = toml_blocks("configuration.md");
     assert_eq!(blocks.len(), 1, "the daemon's config example");
-    let daemon = gahp_actors::DaemonConfig::from_toml(&blocks[0]).expect("daemon config example");
+    let daemon = gahp_services::DaemonConfig::from_toml(&blocks[0]).expect("daemon config example");
     assert_eq!(daemon.command_timeout, std::time::Duration::from_secs(270));
 }
 

@@ -4,7 +4,7 @@
 //! proves every step ran once, in order, on the right state.
 
 use crate::common::*;
-use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
+use gahp_protocol::gahp::sequence_commands::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 use std::path::Path;
 use std::time::{Duration, Instant};
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::serve::*;
 use crate::common::*;
-use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
+use gahp_protocol::gahp::sequence_commands::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 use gahp_protocol::gahp::BlahCommand;
 
 /// The tests put a client's files in its area themselves.

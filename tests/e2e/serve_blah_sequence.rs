@@ -12,7 +12,7 @@ use crate::common::blah::*;
 use crate::common::serve::*;
 use crate::common::*;
 use gahp_protocol::classad::{ClassAd, Value};
-use gahp_protocol::gahp::sequence::SequenceCommand;
+use gahp_protocol::gahp::sequence_commands::SequenceCommand;
 use gahp_protocol::gahp::BlahCommand;
 
 /// A sequence's steps run one after another.

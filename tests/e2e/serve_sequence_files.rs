@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::serve::*;
 use crate::common::*;
-use gahp_protocol::gahp::sequence::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
+use gahp_protocol::gahp::sequence_commands::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 
 fn uploads_stored(s: &Serve) -> usize {
     s.log_text().matches("stored an uploaded input").count()

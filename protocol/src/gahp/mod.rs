@@ -14,7 +14,7 @@ pub mod query_answer;
 pub mod reply;
 pub mod reqid;
 pub mod request;
-pub mod sequence;
+pub mod sequence_commands;
 
 pub use blah::{BlahCommand, BlahResult};
 pub use framing::{Frame, LineFramer};

@@ -45,7 +45,7 @@ pub enum Request {
     /// Every `BOINC_SEQUENCE_*` command (`docs/sequences.md`).
     Sequence {
         reqid: ReqId,
-        command: super::sequence::SequenceCommand,
+        command: super::sequence_commands::SequenceCommand,
     },
 }
 
@@ -253,7 +253,7 @@ pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
             let proxy = a.path("proxy path")?;
             Ok(BlahCommand::JobRefreshProxy { job_id, proxy })
         }),
-        _ => match super::sequence::parse(line) {
+        _ => match super::sequence_commands::parse(line) {
             Some(parsed) => parsed.map(|(reqid, command)| Request::Sequence { reqid, command }),
             None => {
                 let shown = code.get(..MAX_QUOTED_CODE).unwrap_or(&code);
@@ -437,7 +437,7 @@ pub fn format(req: &Request) -> Vec<u8> {
                 }
             }
         }
-        Request::Sequence { reqid, command } => return super::sequence::format(*reqid, command),
+        Request::Sequence { reqid, command } => return super::sequence_commands::format(*reqid, command),
     }
     w.0
 }

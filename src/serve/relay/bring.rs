@@ -6,11 +6,11 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use gahp_actors::blah::map::dir_token_of;
-use gahp_actors::unpack;
+use gahp_blah::map::dir_token_of;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::escape::split_args;
 use gahp_protocol::gahp::{BlahResult, CommandResult, ReqId};
+use gahp_services::unpack;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{Expect, Manifest, Pending, Relay, Sent, FETCH_STDERR, MANIFEST, REMAPS, STDERR, STDOUT};
@@ -85,7 +85,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 let mut text = Vec::new();
                 self.link.get(&from, &mut text).await?.map_err(|why| format!("can't fetch {from}: {why}"))?;
                 let path = dir.join(stderr);
-                gahp_actors::atomic_file::append_whole(&path, &text)
+                gahp_services::atomic_file::append_whole(&path, &text)
                     .map_err(|e| format!("can't open stderr output file {}: {e}", path.display()))?;
                 self.appended.insert(reqid);
                 continue;

@@ -156,9 +156,9 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Link<R, W> {
 
     /// `GET` into a local file, whole or not at all.
     pub(super) async fn get_to(&mut self, remote: &str, dest: &Path) -> Result<(), String> {
-        let mut tmp = gahp_actors::atomic_file::temp_beside(dest).map_err(|e| format!("can't write {}: {e}", dest.display()))?;
+        let mut tmp = gahp_services::atomic_file::temp_beside(dest).map_err(|e| format!("can't write {}: {e}", dest.display()))?;
         self.get(remote, tmp.as_file_mut()).await?.map_err(|why| format!("can't fetch {remote}: {why}"))?;
-        gahp_actors::atomic_file::persist(tmp, dest).map_err(|e| format!("can't write {}: {e}", dest.display()))
+        gahp_services::atomic_file::persist(tmp, dest).map_err(|e| format!("can't write {}: {e}", dest.display()))
     }
 
     pub(super) async fn list(&mut self, dir: &str) -> Result<Vec<String>, String> {

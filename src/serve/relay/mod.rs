@@ -38,8 +38,8 @@ use std::rc::Rc;
 
 use bytes::BytesMut;
 use futures_util::StreamExt;
-use gahp_actors::session::{GahpDecoder, MAX_LINE};
 use gahp_protocol::gahp::{Frame, LineFramer, Request};
+use gahp_session::session::{GahpDecoder, MAX_LINE};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
 

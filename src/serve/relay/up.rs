@@ -7,11 +7,11 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use gahp_actors::blah::map::dir_token;
-use gahp_actors::session::POOL_PREFIX;
+use gahp_blah::map::dir_token;
 use gahp_protocol::classad::{ClassAd, Value};
-use gahp_protocol::gahp::sequence::{FetchSequence, SequenceCommand};
+use gahp_protocol::gahp::sequence_commands::{FetchSequence, SequenceCommand};
 use gahp_protocol::gahp::{self, AsyncCommand, BlahCommand, Frame, InputFile, ReqId, Request};
+use gahp_session::session::POOL_PREFIX;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::link::Content;

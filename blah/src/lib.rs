@@ -1,0 +1,18 @@
+//! The BLAH_* front end (`grid_resource = batch boinc`): the dispatcher, one
+//! actor per BOINC project on that project's tree, the job-ad mapping, the
+//! output delivery and the durable job records.
+
+#![forbid(unsafe_code)]
+
+pub mod batch_zip;
+pub mod container_image;
+pub mod job_records;
+pub mod jobs;
+pub mod map;
+pub mod outputs;
+pub mod placement;
+pub mod project_jobs;
+pub mod runner;
+pub mod sequence_ad;
+pub mod shared_batch;
+pub mod url_inputs;

@@ -1,0 +1,313 @@
+//! A `batch boinc` job that is a work sequence (`docs/sequences.md`, "The
+//! BLAH front end"): the ad's `BoincSequence*` attributes (the submit
+//! file's `+remote_BoincSequenceSteps`, the gridmanager strips `remote_`)
+//! mapped to a [`CreateSequence`]. Pure but for `stat` of the inputs.
+
+use std::path::Path;
+
+use gahp_protocol::boinc::Templates;
+use gahp_protocol::classad::{ClassAd, Value};
+
+use crate::map::{self, MapError};
+use gahp_sequences::relocator::CreateSequence;
+use gahp_sequences::store::SequenceDef;
+use gahp_services::config::BlahConfig;
+
+/// The attribute that makes a job a sequence.
+pub const STEPS: &str = "BoincSequenceSteps";
+const STATE_FILES: &str = "BoincStateFiles";
+const MAX_STEP_TIME: &str = "BoincMaxStepTime";
+const END_MARKER: &str = "BoincEndMarker";
+const MAX_ATTEMPTS: &str = "BoincMaxAttempts";
+
+/// A day: a step is one BOINC job, which rarely runs longer on a host.
+pub const DEFAULT_MAX_STEP_TIME: u32 = 24 * 3600;
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+
+/// Why a sequence job can't be submitted; the text says what to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SequenceAdError {
+    #[error("+remote_{attr} must be a whole number from 1 to 4294967295, not {value}")]
+    NotCount { attr: &'static str, value: String },
+    #[error("+remote_BoincStateFiles must name at least one state file (a space-separated list of input file names)")]
+    NoStateFiles,
+    #[error("state file {0:?} is not a plain file name")]
+    BadStateName(String),
+    #[error("state file {0} is not among the job's transfer_input_files (the initial state comes from there)")]
+    StateNotInput(String),
+    #[error("+remote_BoincEndMarker must be a plain file name (no '/'), not {0:?}")]
+    BadEndMarker(String),
+    #[error("+remote_BoincUnzipOutputs can't be used with a work sequence")]
+    Unzip,
+    #[error("state file {name} is not an output of app {app}, so no step could carry it on; its outputs are: {outputs}")]
+    StateNotOutput { name: String, app: String, outputs: String },
+    #[error("{0}")]
+    Map(#[from] MapError),
+}
+
+impl SequenceAdError {
+    /// As the job's HoldReason.
+    pub fn hold_reason(&self) -> String {
+        match self {
+            SequenceAdError::Map(e) => e.hold_reason(),
+            e => format!("{e}; then condor_release the job"),
+        }
+    }
+}
+
+/// The sequence settings an ad gives, checked without the app's templates
+/// (so a bad value is refused at `BLAH_JOB_SUBMIT`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub steps: u32,
+    pub state_names: Vec<String>,
+    pub max_step_time: u32,
+    pub max_attempts: u32,
+    pub end_marker: Option<String>,
+}
+
+pub fn is_sequence(ad: &ClassAd) -> bool {
+    ad.get(STEPS).is_some()
+}
+
+/// The sequence of a job: named after its `JobDirectory`, which a job
+/// keeps across `condor_hold` and `condor_release` (unlike its BOINC job
+/// names, one per attempt), so a resubmit finds it again. `prefix` is the
+/// BLAH front end's `name_prefix` (a served client's `<client>~`), so the
+/// sequence, and every step's BOINC batch and job, is named as the
+/// client's other jobs are.
+pub fn sequence_name(ad: &ClassAd, prefix: &str) -> Result<String, MapError> {
+    let dir = ad.get_str("JobDirectory").map(str::trim).filter(|d| !d.is_empty()).ok_or(MapError::Missing("JobDirectory"))?;
+    let plain = dir.len() <= 160 && dir.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    Ok(if plain { format!("{prefix}blah-{dir}") } else { format!("{prefix}blah-md5-{}", map::hex_md5(dir.as_bytes())) })
+}
+
+/// `None` for a job that is no sequence.
+pub fn settings(ad: &ClassAd) -> Result<Option<Settings>, SequenceAdError> {
+    if !is_sequence(ad) {
+        return Ok(None);
+    }
+    let steps = count(ad, STEPS)?.ok_or(SequenceAdError::NotCount { attr: STEPS, value: "undefined".into() })?;
+    let max_step_time = count(ad, MAX_STEP_TIME)?.unwrap_or(DEFAULT_MAX_STEP_TIME);
+    let max_attempts = count(ad, MAX_ATTEMPTS)?.unwrap_or(DEFAULT_MAX_ATTEMPTS);
+    let state_names: Vec<String> = ad.get_str(STATE_FILES).unwrap_or("").split_whitespace().map(String::from).collect();
+    if state_names.is_empty() {
+        return Err(SequenceAdError::NoStateFiles);
+    }
+    let inputs: Vec<&str> = ad
+        .get_str("TransferInput")
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter_map(|e| Path::new(e).file_name().and_then(|n| n.to_str()))
+        .collect();
+    for name in &state_names {
+        if !plain_file_name(name) {
+            return Err(SequenceAdError::BadStateName(name.clone()));
+        }
+        if !inputs.contains(&name.as_str()) {
+            return Err(SequenceAdError::StateNotInput(name.clone()));
+        }
+    }
+    let end_marker = match ad.get(END_MARKER) {
+        None | Some(Value::Undefined) => None,
+        Some(Value::Str(m)) if plain_file_name(m) => Some(m.clone()),
+        Some(other) => return Err(SequenceAdError::BadEndMarker(other.to_string())),
+    };
+    if ad.get_bool("BoincUnzipOutputs") == Some(true) {
+        return Err(SequenceAdError::Unzip);
+    }
+    Ok(Some(Settings { steps, state_names, max_step_time, max_attempts, end_marker }))
+}
+
+/// A whole number in 1..=u32::MAX; `None` if the attribute is absent.
+fn count(ad: &ClassAd, attr: &'static str) -> Result<Option<u32>, SequenceAdError> {
+    match ad.get(attr) {
+        None | Some(Value::Undefined) => Ok(None),
+        Some(Value::Int(n)) if *n >= 1 => u32::try_from(*n).map(Some).map_err(|_| not_count(attr, &Value::Int(*n))),
+        Some(other) => Err(not_count(attr, other)),
+    }
+}
+
+fn not_count(attr: &'static str, value: &Value) -> SequenceAdError {
+    SequenceAdError::NotCount { attr, value: value.to_string() }
+}
+
+fn plain_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\']) && !name.chars().any(char::is_control)
+}
+
+/// The work sequence of a job of `app`: its inputs bound to the app's input
+/// names as for an ordinary job (`map::submit_batch`), the state files
+/// among them as the initial state, the rest every step's own inputs;
+/// named with `prefix` (see [`sequence_name`]).
+pub fn create_sequence(
+    ad: &ClassAd,
+    settings: &Settings,
+    app: &str,
+    templates: &Templates,
+    cfg: &BlahConfig,
+) -> Result<CreateSequence, SequenceAdError> {
+    let name = sequence_name(ad, &cfg.name_prefix)?;
+    // Binds and checks the inputs and that the arguments can be carried.
+    let batch = map::submit_batch(ad, &name, app, templates, cfg, None)?;
+    for state in &settings.state_names {
+        if !templates.outputs.contains(state) {
+            return Err(SequenceAdError::StateNotOutput { name: state.clone(), app: app.into(), outputs: templates.outputs.join(", ") });
+        }
+    }
+    let inputs = batch.jobs.into_iter().flat_map(|j| j.inputs);
+    let (state, own): (Vec<_>, Vec<_>) = inputs.partition(|f| settings.state_names.contains(&f.dst_name));
+    // The initial files in the order of +remote_BoincStateFiles.
+    let mut state_files = Vec::with_capacity(settings.state_names.len());
+    for wanted in &settings.state_names {
+        match state.iter().find(|f| &f.dst_name == wanted) {
+            Some(f) => state_files.push((f.src.clone(), f.dst_name.clone())),
+            None => {
+                let inputs = templates.inputs.join(", ");
+                return Err(SequenceAdError::Map(MapError::Binding {
+                    app: app.into(),
+                    inputs: format!("the inputs {inputs}"),
+                    problem: format!("the state file {wanted} is not one of them"),
+                }));
+            }
+        }
+    }
+    let def = SequenceDef {
+        name,
+        app_name: app.into(),
+        max_step_time: settings.max_step_time,
+        max_attempts: settings.max_attempts,
+        end_marker: settings.end_marker.clone(),
+        state_names: settings.state_names.clone(),
+        args: map::arguments(ad)?,
+        inputs: own.into_iter().map(|f| (f.src, f.dst_name)).collect(),
+        // Set by the caller for a job its pool placed.
+        pool: None,
+    };
+    Ok(CreateSequence { def, steps: settings.steps, state_files })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn ad(text: &str) -> ClassAd {
+        ClassAd::parse(text).unwrap()
+    }
+
+    fn stepper() -> Templates {
+        Templates { inputs: vec!["state".into(), "extra".into()], outputs: vec!["state".into(), "DONE".into()] }
+    }
+
+    fn job(iwd: &Path, extra: &str) -> ClassAd {
+        ad(&format!(
+            "[ Iwd = \"{}\"; JobDirectory = \"home_bl_127.0.0.1_9618_vm_4.0_17\"; TransferInput = \"state, extra\"; \
+             Arguments = \"--work 'a b'\"; {extra} ]",
+            iwd.display()
+        ))
+    }
+
+    fn seq_files() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("state"), "").unwrap();
+        std::fs::write(dir.path().join("extra"), "x").unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_job_without_steps_is_no_sequence() {
+        let a = ad("[ Iwd = \"/w\"; TransferInput = \"state\"; BoincStateFiles = \"state\" ]");
+        assert!(!is_sequence(&a));
+        assert_eq!(settings(&a), Ok(None));
+    }
+
+    #[test]
+    fn a_sequence_job_maps_to_one_create_with_the_state_split_from_the_inputs() {
+        let dir = seq_files();
+        let w = dir.path();
+        let a = job(w, "BoincSequenceSteps = 10; BoincStateFiles = \"state\"; BoincMaxStepTime = 600; BoincEndMarker = \"DONE\"");
+        let s = settings(&a).unwrap().unwrap();
+        assert_eq!(
+            s,
+            Settings { steps: 10, state_names: vec!["state".into()], max_step_time: 600, max_attempts: 3, end_marker: Some("DONE".into()) }
+        );
+        let c = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap();
+        assert_eq!(c.steps, 10);
+        assert_eq!(c.state_files, [(w.join("state"), "state".to_string())]);
+        assert_eq!(
+            c.def,
+            SequenceDef {
+                name: "blah-home_bl_127.0.0.1_9618_vm_4.0_17".into(),
+                app_name: "stepper".into(),
+                max_step_time: 600,
+                max_attempts: 3,
+                end_marker: Some("DONE".into()),
+                state_names: vec!["state".into()],
+                args: vec!["--work".into(), "a b".into()],
+                inputs: vec![(w.join("extra"), "extra".into())],
+                pool: None,
+            }
+        );
+        // The same ad again (a release) gives the same definition: it resumes.
+        assert_eq!(create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap().def, c.def);
+    }
+
+    #[test]
+    fn defaults_and_a_name_that_needs_hashing() {
+        let a = ad("[ Iwd = \"/w\"; JobDirectory = \"a b/c\"; TransferInput = \"/in/state\"; BoincSequenceSteps = 1; \
+                    BoincStateFiles = \" state \" ]");
+        let s = settings(&a).unwrap().unwrap();
+        assert_eq!((s.max_step_time, s.max_attempts, s.end_marker), (DEFAULT_MAX_STEP_TIME, DEFAULT_MAX_ATTEMPTS, None));
+        let name = sequence_name(&a, "").unwrap();
+        assert!(name.starts_with("blah-md5-") && gahp_sequences::decide::bad_name(&name).is_none(), "{name}");
+        let plain = sequence_name(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]"), "").unwrap();
+        assert!(gahp_sequences::decide::bad_name(&plain).is_none(), "{plain}");
+        assert_eq!(sequence_name(&ad("[]"), ""), Err(MapError::Missing("JobDirectory")));
+        // A served client's: its prefix, and still a name a sequence may have.
+        let served = sequence_name(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]"), "alice~").unwrap();
+        assert_eq!(served, "alice~blah-home_bl_x.0_1");
+        assert!(gahp_sequences::decide::bad_name(&served).is_none(), "{served}");
+        assert!(sequence_name(&a, "alice~").unwrap().starts_with("alice~blah-md5-"));
+    }
+
+    #[test]
+    fn bad_values_are_refused_saying_what_to_change() {
+        let w = PathBuf::from("/w");
+        let base = "BoincStateFiles = \"state\"";
+        let refused = |extra: &str| settings(&job(&w, extra)).unwrap_err();
+        for steps in ["0", "-3", "2.5", "\"10\"", "4294967296", "true"] {
+            let e = refused(&format!("BoincSequenceSteps = {steps}; {base}"));
+            assert!(matches!(e, SequenceAdError::NotCount { attr: STEPS, .. }), "{steps}: {e}");
+            assert!(e.to_string().contains("+remote_BoincSequenceSteps must be a whole number"), "{e}");
+        }
+        let e = refused(&format!("BoincSequenceSteps = 5; {base}; BoincMaxStepTime = 0"));
+        assert!(matches!(e, SequenceAdError::NotCount { attr: MAX_STEP_TIME, .. }), "{e}");
+        let e = refused(&format!("BoincSequenceSteps = 5; {base}; BoincMaxAttempts = 1.5"));
+        assert!(matches!(e, SequenceAdError::NotCount { attr: MAX_ATTEMPTS, .. }), "{e}");
+        assert_eq!(refused("BoincSequenceSteps = 5"), SequenceAdError::NoStateFiles);
+        assert_eq!(refused("BoincSequenceSteps = 5; BoincStateFiles = \"  \""), SequenceAdError::NoStateFiles);
+        assert_eq!(refused("BoincSequenceSteps = 5; BoincStateFiles = \"state ckpt\""), SequenceAdError::StateNotInput("ckpt".into()));
+        assert_eq!(refused("BoincSequenceSteps = 5; BoincStateFiles = \"s/state\""), SequenceAdError::BadStateName("s/state".into()));
+        let e = refused(&format!("BoincSequenceSteps = 5; {base}; BoincEndMarker = \"out/DONE\""));
+        assert_eq!(e, SequenceAdError::BadEndMarker("\"out/DONE\"".into()));
+        assert!(e.hold_reason().contains("no '/'") && e.hold_reason().ends_with("condor_release the job"), "{}", e.hold_reason());
+        assert_eq!(refused(&format!("BoincSequenceSteps = 5; {base}; BoincEndMarker = 3")), SequenceAdError::BadEndMarker("3".into()));
+        assert_eq!(refused(&format!("BoincSequenceSteps = 5; {base}; BoincUnzipOutputs = true")), SequenceAdError::Unzip);
+    }
+
+    #[test]
+    fn a_state_file_the_app_never_writes_or_a_missing_input_is_a_hold() {
+        let dir = seq_files();
+        let a = job(dir.path(), "BoincSequenceSteps = 2; BoincStateFiles = \"extra\"");
+        let s = settings(&a).unwrap().unwrap();
+        let e = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap_err();
+        assert!(matches!(&e, SequenceAdError::StateNotOutput { name, .. } if name == "extra"), "{e}");
+        std::fs::remove_file(dir.path().join("extra")).unwrap();
+        let a = job(dir.path(), "BoincSequenceSteps = 2; BoincStateFiles = \"state\"");
+        let s = settings(&a).unwrap().unwrap();
+        let e = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap_err();
+        assert!(matches!(e, SequenceAdError::Map(MapError::Input { .. })), "{e}");
+    }
+}

@@ -1,0 +1,22 @@
+//! The shared services of boinc-gahp: what every layer above uses and
+//! none of them owns (see `docs/design.md`, "Layers", and
+//! `docs/layout.md`). This crate depends on no other crate of the house
+//! but the protocol.
+//!
+//! * `state_db`: the SQLite file; runs each module's migrations;
+//! * `file_stager`: MD5 content names and the hash cache;
+//! * `result_queue`: one result per accepted request, in order;
+//! * `config`, `clock`, `atomic_file` (whole or nothing), `unpack` (a
+//!   stranger's zip: bounded, checked, placed without following links).
+
+#![forbid(unsafe_code)]
+
+pub mod atomic_file;
+pub mod clock;
+pub mod config;
+pub mod file_stager;
+pub mod result_queue;
+pub mod state_db;
+pub mod unpack;
+
+pub use config::DaemonConfig;

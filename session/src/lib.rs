@@ -1,0 +1,62 @@
+//! The session of boinc-gahp, the top of the house (see `docs/design.md`,
+//! "Layers", and `docs/layout.md` for the crate graph).
+//!
+//! The layers are crates, and Cargo keeps them downward only: a crate
+//! names only the crates below it; a lower one reaches up only through a
+//! `Recipient` of a message defined at its own level.
+//!
+//! ```text
+//! front ends       gahp-session    session (stdin/stdout or a served client: parses lines,
+//!                                  answers at once, dispatches), runtime (the actors behind a
+//!                                  session, over one state directory), tenancy (what a client
+//!                                  of `serve` may do)
+//!                  gahp-blah       the BLAH_* front end (`grid_resource = batch boinc`)
+//! multi-project    gahp-broker     projects (the registry: one tree per URL and
+//!                                  authenticator) and pools of projects as one
+//! one project      gahp-sequences  that project's work sequences (the relocator)
+//!                  gahp-project    one project's actor tree: RpcClient, SubmitPipeline,
+//!                                  BatchMonitor, OutputFetcher
+//! shared services  gahp-services   state_db, file_stager, result_queue, config, clock,
+//!                                  atomic_file, unpack
+//! ```
+//!
+//! Actors: Session ──Dispatch──▶ Registry ──Run──▶ ProjectTree (RpcClient,
+//! BatchMonitor, OutputFetcher, a SubmitPipeline per submit; beside it the
+//! project's SequenceRelocator); Session ──BlahDispatch──▶ BlahJobs ──▶
+//! ProjectJobs (on the project's tree); Session ──PoolDispatch──▶ Pools
+//! ──Run──▶ the chosen project's tree. Results go to ResultQueue as
+//! `Complete`; it asks Session to write. FileStager and StateDb are shared
+//! by every project. Each actor lives in its own file (or folder) with its
+//! messages beside it.
+
+#![forbid(unsafe_code)]
+
+pub mod runtime;
+pub mod session;
+pub mod tenancy;
+
+use gahp_services::state_db;
+
+/// The state database's schema: each crate's own steps (see
+/// `state_db::Migration`).
+pub const SCHEMA: &[&[state_db::Migration]] = &[
+    state_db::MIGRATIONS,
+    gahp_blah::job_records::MIGRATIONS,
+    gahp_broker::routes::MIGRATIONS,
+    gahp_sequences::store::MIGRATIONS,
+    gahp_project::submit_records::MIGRATIONS,
+    gahp_services::result_queue::MIGRATIONS,
+];
+
+pub use session::{start_daemon, DaemonHandles};
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_schema_has_every_version_once_from_1() {
+        let mut versions: Vec<usize> = super::SCHEMA.iter().flat_map(|m| m.iter()).map(|m| m.version).collect();
+        versions.sort();
+        versions.dedup();
+        assert_eq!(versions, (1..=versions.len()).collect::<Vec<_>>(), "a gap in the schema's versions");
+    }
+}
