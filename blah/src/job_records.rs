@@ -16,63 +16,7 @@ use tokio::sync::oneshot;
 
 use crate::map::batch_name;
 use gahp_services::clock::unix_now;
-use gahp_services::state_db::{Migration, StateDb};
-
-/// The BLAH tables. Step 1 (with the hash cache of `state_db`) is the
-/// schema that existed before versioning, hence IF NOT EXISTS.
-pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        sql: "CREATE TABLE IF NOT EXISTS blah_projects (
-         key TEXT PRIMARY KEY,
-         url TEXT NOT NULL,
-         authenticator_file BLOB NOT NULL
-     );
-     CREATE TABLE IF NOT EXISTS blah_jobs (
-         batch TEXT PRIMARY KEY,
-         project TEXT NOT NULL,
-         job_dir TEXT NOT NULL,
-         attempt INTEGER NOT NULL,
-         ad TEXT NOT NULL,
-         phase TEXT NOT NULL,
-         boinc_status TEXT,
-         status INTEGER,
-         final_ad TEXT,
-         abort_pending INTEGER NOT NULL DEFAULT 0,
-         retired INTEGER NOT NULL DEFAULT 0,
-         lease_until REAL NOT NULL DEFAULT 0,
-         updated REAL NOT NULL
-     );
-     CREATE INDEX IF NOT EXISTS blah_jobs_by_dir ON blah_jobs (job_dir, attempt);",
-    },
-    // Shared BOINC batches: the batch a BLAH job went into (NULL: the
-    // batch of its own name, as every job had before).
-    Migration {
-        version: 2,
-        sql: "ALTER TABLE blah_jobs ADD COLUMN boinc_batch TEXT;
-     CREATE INDEX blah_jobs_by_boinc_batch ON blah_jobs (boinc_batch);",
-    },
-    // The highest attempt number of any job forgotten (pruned): a new
-    // attempt is numbered above it, so a `JobDirectory` whose rows are gone
-    // never gets a BOINC batch or job name again that the server may still
-    // hold. Rows pruned before this version are not known; the highest
-    // attempt still recorded stands in for them. The index finds the ended
-    // jobs to prune without a scan of the table.
-    Migration {
-        version: 9,
-        sql: "CREATE TABLE blah_forgotten (
-         id INTEGER PRIMARY KEY CHECK (id = 0),
-         max_attempt INTEGER NOT NULL
-     );
-     INSERT INTO blah_forgotten (id, max_attempt) SELECT 0, COALESCE(MAX(attempt), 0) FROM blah_jobs;
-     CREATE INDEX blah_jobs_ended ON blah_jobs (updated) WHERE phase IN ('final', 'cancelled') AND abort_pending = 0;",
-    },
-    // BOINC batches this client shares with other clients of `serve` (one
-    // account): retired only when every participant is done, which only
-    // the running daemon knows; after a restart such a batch is left to
-    // its lease. A row goes when no job of the batch is recorded any more.
-    Migration { version: 12, sql: "CREATE TABLE blah_shared_batches (batch TEXT PRIMARY KEY);" },
-];
+use gahp_services::state_db::StateDb;
 
 type Op = Box<dyn FnOnce(&mut Connection) + Send>;
 
@@ -567,7 +511,7 @@ mod tests {
 
     #[test]
     fn rows_written_together_are_all_written_and_a_failed_row_does_not_stop_the_others() {
-        let db = StateDb::in_memory(&[gahp_services::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let db = StateDb::in_memory(&[gahp_services::schema::STATE_DB, gahp_services::schema::BLAH_JOBS]).unwrap();
         let store = JobRecords::new(db, Gathering::new(Duration::ZERO, 1)).unwrap();
         actix_rt::System::new().block_on(async {
             let jobs = store
@@ -592,7 +536,7 @@ mod tests {
 
     #[test]
     fn attempts_are_reused_while_alive_and_renewed_after_cancel() {
-        let db = StateDb::in_memory(&[gahp_services::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let db = StateDb::in_memory(&[gahp_services::schema::STATE_DB, gahp_services::schema::BLAH_JOBS]).unwrap();
         db.with_conn(|c| {
             check_attempts(c);
             Ok(())
@@ -629,7 +573,7 @@ mod tests {
 
     #[test]
     fn a_job_whose_record_was_lost_is_claimed_again_by_its_own_name() {
-        let db = StateDb::in_memory(&[gahp_services::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let db = StateDb::in_memory(&[gahp_services::schema::STATE_DB, gahp_services::schema::BLAH_JOBS]).unwrap();
         let names = db.with_conn(|c| {
             // A lost database: nothing recorded; the job was attempt 3.
             assert!(lost_record_claims_again(c, 3)?);
@@ -644,7 +588,7 @@ mod tests {
 
     #[test]
     fn ended_jobs_are_forgotten_and_their_names_never_come_back() {
-        let db = StateDb::in_memory(&[gahp_services::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let db = StateDb::in_memory(&[gahp_services::schema::STATE_DB, gahp_services::schema::BLAH_JOBS]).unwrap();
         db.with_conn(|c| {
             let claim = |c: &mut Connection, dir: &str| claim_attempt(c, dir, "k", "[ A = 1 ]", None, None, "").unwrap().2;
             let age = |c: &mut Connection, job: &str, secs: f64| {
@@ -708,7 +652,7 @@ mod tests {
     #[test]
     fn the_forgotten_mark_starts_at_the_highest_attempt_recorded_before_it() {
         let dir = tempfile::tempdir().unwrap();
-        let before = StateDb::open(dir.path(), &[gahp_services::state_db::MIGRATIONS, &MIGRATIONS[..2]]).unwrap();
+        let before = StateDb::open(dir.path(), &[gahp_services::schema::STATE_DB, &gahp_services::schema::BLAH_JOBS[..2]]).unwrap();
         before
             .with_conn(|c| {
                 for attempt in [1, 4, 2] {
@@ -721,7 +665,7 @@ mod tests {
             })
             .unwrap();
         drop(before);
-        let after = StateDb::open(dir.path(), &[gahp_services::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let after = StateDb::open(dir.path(), &[gahp_services::schema::STATE_DB, gahp_services::schema::BLAH_JOBS]).unwrap();
         after
             .with_conn(|c| {
                 assert_eq!(forgotten_attempts(c)?, 4);
@@ -735,8 +679,8 @@ mod tests {
     fn participants_of_one_account_gather_together_and_a_shared_batch_is_remembered_until_its_jobs_go() {
         // Two clients' databases, one gathering (as under serve).
         let (a, b) = (
-            StateDb::in_memory(&[gahp_services::state_db::MIGRATIONS, MIGRATIONS]).unwrap(),
-            StateDb::in_memory(&[gahp_services::state_db::MIGRATIONS, MIGRATIONS]).unwrap(),
+            StateDb::in_memory(&[gahp_services::schema::STATE_DB, gahp_services::schema::BLAH_JOBS]).unwrap(),
+            StateDb::in_memory(&[gahp_services::schema::STATE_DB, gahp_services::schema::BLAH_JOBS]).unwrap(),
         );
         let g = Gathering::new(Duration::from_secs(3600), 10);
         let (pa, pb) = ("alice~\nk1", "bob~\nk2");
@@ -787,7 +731,7 @@ mod tests {
 
     #[test]
     fn jobs_gather_into_one_batch_until_it_closes_or_fills() {
-        let db = StateDb::in_memory(&[gahp_services::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let db = StateDb::in_memory(&[gahp_services::schema::STATE_DB, gahp_services::schema::BLAH_JOBS]).unwrap();
         let g = Gathering::new(Duration::from_secs(3600), 3);
         db.with_conn(|c| {
             let mut claim = |dir: &str, key: &str| claim_attempt(c, dir, "k", "[ ]", None, Some((&g, key, "p")), "").unwrap();

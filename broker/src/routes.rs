@@ -5,24 +5,7 @@
 
 use rusqlite::{params, OptionalExtension};
 
-use gahp_services::state_db::{Migration, StateDb};
-
-/// Which project of a pool holds a batch, and which batch a job belongs to.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 3,
-    sql: "CREATE TABLE broker_batches (
-         pool TEXT NOT NULL,
-         batch TEXT NOT NULL,
-         project TEXT NOT NULL,
-         PRIMARY KEY (pool, batch)
-     );
-     CREATE TABLE broker_jobs (
-         pool TEXT NOT NULL,
-         job TEXT NOT NULL,
-         batch TEXT NOT NULL,
-         PRIMARY KEY (pool, job)
-     );",
-}];
+use gahp_services::state_db::StateDb;
 
 #[derive(Clone)]
 pub struct Routes {
@@ -90,13 +73,13 @@ mod tests {
     fn routes_survive_reopening_and_unbind_forgets() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let r = Routes::new(StateDb::open(dir.path(), &[MIGRATIONS]).unwrap());
+            let r = Routes::new(StateDb::open(dir.path(), &[gahp_services::schema::BROKER_ROUTES]).unwrap());
             r.bind("p", "b1", "alpha", &["b1#0".into(), "b1#1".into()]).unwrap();
             r.bind("p", "b2", "beta", &["b2#0".into()]).unwrap();
             r.bind("q", "b1", "gamma", &["b1#0".into()]).unwrap();
             r.unbind("p", "b2").unwrap();
         }
-        let r = Routes::new(StateDb::open(dir.path(), &[MIGRATIONS]).unwrap());
+        let r = Routes::new(StateDb::open(dir.path(), &[gahp_services::schema::BROKER_ROUTES]).unwrap());
         assert_eq!(r.project_of_batch("p", "b1").unwrap().as_deref(), Some("alpha"));
         assert_eq!(r.project_of_batch("q", "b1").unwrap().as_deref(), Some("gamma"));
         assert_eq!(r.route_of_job("p", "b1#1").unwrap(), Some(("b1".into(), "alpha".into())));

@@ -5,30 +5,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use gahp_services::state_db::{self, Migration, StateDb};
-
-pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 5,
-        sql: "CREATE TABLE batch_creates (
-         project TEXT NOT NULL,
-         account TEXT NOT NULL,
-         batch TEXT NOT NULL,
-         sent_at REAL NOT NULL,
-         PRIMARY KEY (project, account, batch)
-     );",
-    },
-    // With the configured budget they were learnt under (a new one starts
-    // afresh).
-    Migration {
-        version: 8,
-        sql: "CREATE TABLE upload_budgets (
-         project TEXT PRIMARY KEY,
-         configured INTEGER NOT NULL,
-         learnt INTEGER NOT NULL
-     );",
-    },
-];
+use gahp_services::state_db::{self, StateDb};
 
 /// When a create_batch of `batch` was sent whose outcome is not known.
 pub fn create_sent_at(db: &StateDb, project: &str, account: &str, batch: &str) -> rusqlite::Result<Option<f64>> {
@@ -104,7 +81,7 @@ mod tests {
     #[test]
     fn learnt_budgets_are_read_as_found() {
         let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        let db = StateDb::open(dir.path(), &[gahp_services::schema::SUBMIT_RECORDS]).unwrap();
         note_upload_budget(&db, "http://p/", 8 << 20, 4 << 20).unwrap();
         let conn = state_db::open_read_only(dir.path()).unwrap().unwrap();
         assert_eq!(learnt_budgets(&conn).unwrap(), [("http://p/".to_string(), 8 << 20, 4 << 20)]);

@@ -165,7 +165,7 @@ mod tests {
         let p = dir.path().join("in.dat");
         std::fs::write(&p, b"hello\n").unwrap();
         assert_eq!(md5_file(&p).unwrap(), "b1946ac92492d2347c6235b4d2611184");
-        let db = StateDb::in_memory(&[crate::state_db::MIGRATIONS]).unwrap();
+        let db = StateDb::in_memory(&[crate::schema::STATE_DB]).unwrap();
         let staged = stage_one(&db, &p).unwrap();
         assert_eq!(staged.phys_name, "b1946ac92492d2347c6235b4d2611184.dat");
     }

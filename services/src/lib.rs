@@ -3,7 +3,8 @@
 //! `docs/layout.md`). This crate depends on no other crate of the house
 //! but the protocol.
 //!
-//! * `state_db`: the SQLite file; runs each module's migrations;
+//! * `state_db`: the SQLite file; `schema`: every table of it, made and
+//!   changed in that one place;
 //! * `file_stager`: MD5 content names and the hash cache;
 //! * `result_queue`: one result per accepted request, in order;
 //! * `config`, `clock`, `atomic_file` (whole or nothing), `unpack` (a
@@ -16,6 +17,7 @@ pub mod clock;
 pub mod config;
 pub mod file_stager;
 pub mod result_queue;
+pub mod schema;
 pub mod state_db;
 pub mod unpack;
 

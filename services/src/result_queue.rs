@@ -20,28 +20,7 @@ use gahp_protocol::gahp::{CommandResult, QueryAnswer, ReqId};
 use rusqlite::params;
 use tokio::sync::oneshot;
 
-use crate::state_db::{Migration, StateDb};
-
-/// The results of a served client that no RESULTS has taken yet: `seq`
-/// is the order they completed in.
-pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 10,
-        sql: "CREATE TABLE unread_results (
-         seq INTEGER PRIMARY KEY,
-         reqid INTEGER NOT NULL,
-         head BLOB NOT NULL,
-         tail BLOB NOT NULL
-     );",
-    },
-    Migration {
-        version: 11,
-        // The connection session (`boinc_gahp connect`'s id) that sent the
-        // request: a resent request of that session is recognised after a
-        // restart too.
-        sql: "ALTER TABLE unread_results ADD COLUMN session TEXT;",
-    },
-];
+use crate::state_db::StateDb;
 
 /// The id a reconnecting client (`boinc_gahp connect`) presents on each
 /// of its connections.
@@ -604,7 +583,7 @@ mod tests {
     #[test]
     fn a_durable_queue_gives_again_what_was_not_taken_and_never_what_was() {
         let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path(), &[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let db = StateDb::open(dir.path(), &[crate::schema::STATE_DB, crate::schema::RESULT_QUEUE]).unwrap();
         actix_rt::System::new().block_on(async {
             let q = ResultQueue::durable(db.clone()).unwrap().start();
             complete(&q, 1..=3).await;
@@ -637,7 +616,7 @@ mod tests {
     #[test]
     fn a_request_its_session_sends_again_is_known_also_after_a_restart() {
         let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path(), &[crate::state_db::MIGRATIONS, MIGRATIONS]).unwrap();
+        let db = StateDb::open(dir.path(), &[crate::schema::STATE_DB, crate::schema::RESULT_QUEUE]).unwrap();
         actix_rt::System::new().block_on(async {
             let q = ResultQueue::durable(db.clone()).unwrap().start();
             let (a, b): (SessionId, SessionId) = ("a".into(), "b".into());

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::schema::Migration;
 use rusqlite::{params, Connection, OptionalExtension};
 
 /// What identifies an unchanged file without reading it.
@@ -16,33 +17,6 @@ pub struct FileStamp {
     pub mtime_ns: i64,
     pub inode: u64,
 }
-
-/// One step of the schema: it takes a database from `PRAGMA user_version`
-/// `version - 1` to `version`. Each module registers the steps that make
-/// its own tables (a `MIGRATIONS` const beside its queries); the daemon's
-/// whole schema is the list of them all (`gahp_session::SCHEMA`), and this
-/// module runs them in version order without knowing whose they are.
-/// Append a step to change the schema, with the next free version; never
-/// edit one that has shipped.
-#[derive(Debug, Clone, Copy)]
-pub struct Migration {
-    pub version: usize,
-    pub sql: &'static str,
-}
-
-/// The shared service's own table: the file stager's hash cache. Step 1
-/// (with the BLAH tables) is the schema that existed before versioning,
-/// hence IF NOT EXISTS: such a database is at version 0.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    sql: "CREATE TABLE IF NOT EXISTS md5_cache (
-         path BLOB PRIMARY KEY,
-         size INTEGER NOT NULL,
-         mtime_ns INTEGER NOT NULL,
-         inode INTEGER NOT NULL,
-         md5 TEXT NOT NULL
-     );",
-}];
 
 /// The schema's newest version.
 pub fn newest_version(schema: &[&[Migration]]) -> usize {
@@ -348,7 +322,7 @@ mod tests {
     #[test]
     fn the_md5_cache_forgets_files_that_are_gone() {
         let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        let db = StateDb::open(dir.path(), &[crate::schema::STATE_DB]).unwrap();
         let stamp = |p: &Path| {
             let m = std::fs::metadata(p).unwrap();
             use std::os::unix::fs::MetadataExt;
@@ -400,16 +374,16 @@ mod tests {
         // A database made before versioning: the tables, user_version 0.
         {
             let conn = Connection::open(dir.path().join("state.sqlite3")).unwrap();
-            conn.execute_batch(MIGRATIONS[0].sql).unwrap();
+            conn.execute_batch(crate::schema::STATE_DB[0].sql).unwrap();
             conn.execute("INSERT INTO md5_cache VALUES (x'61', 1, 2, 3, 'abc')", []).unwrap();
         }
-        let db = StateDb::open(dir.path(), &[MIGRATIONS, &OTHER[..2]]).unwrap();
+        let db = StateDb::open(dir.path(), &[crate::schema::STATE_DB, &OTHER[..2]]).unwrap();
         assert_eq!(version_and_tables(&db), (2, vec!["md5_cache".into(), "one".into(), "two".into()]));
         let kept: i64 = db.with_conn(|c| c.query_row("SELECT count(*) FROM md5_cache", [], |r| r.get(0))).unwrap();
         assert_eq!(kept, 1, "an upgrade keeps what the database held");
         drop(db);
         // A daemon with a newer step runs only that one.
-        let db = StateDb::open(dir.path(), &[MIGRATIONS, OTHER]).unwrap();
+        let db = StateDb::open(dir.path(), &[crate::schema::STATE_DB, OTHER]).unwrap();
         assert_eq!(version_and_tables(&db).0, 3);
         db.with_conn(|c| c.execute("INSERT INTO two (b, c) VALUES (1, 2)", [])).unwrap();
     }
@@ -421,13 +395,13 @@ mod tests {
             let conn = Connection::open(dir.path().join("state.sqlite3")).unwrap();
             conn.pragma_update(None, "user_version", 4).unwrap();
         }
-        let err = StateDb::open(dir.path(), &[MIGRATIONS, OTHER]).err().expect("refused");
+        let err = StateDb::open(dir.path(), &[crate::schema::STATE_DB, OTHER]).err().expect("refused");
         assert!(err.to_string().contains("newer than this daemon's 3"), "{err}");
     }
 
     /// A database with `rows` rows of 1 KB: many pages.
     fn database_of(dir: &Path, rows: usize) -> std::path::PathBuf {
-        let db = StateDb::open(dir, &[MIGRATIONS]).unwrap();
+        let db = StateDb::open(dir, &[crate::schema::STATE_DB]).unwrap();
         db.with_conn(|c| {
             for i in 0..rows {
                 c.execute("INSERT INTO md5_cache VALUES (?1, 1, 2, 3, ?2)", params![format!("/f{i}").into_bytes(), "x".repeat(1000)])?;
@@ -460,7 +434,7 @@ mod tests {
         let path = database_of(dir.path(), 10);
         let garbage: Vec<u8> = (0..3000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
         std::fs::write(&path, &garbage).unwrap();
-        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        let db = StateDb::open(dir.path(), &[crate::schema::STATE_DB]).unwrap();
         assert_eq!(rows(&db), 0, "an empty database");
         let aside = moved_aside(dir.path());
         assert_eq!(aside.len(), 1, "{aside:?}");
@@ -473,13 +447,13 @@ mod tests {
         let path = database_of(dir.path(), 400);
         let len = std::fs::metadata(&path).unwrap().len();
         std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len / 2).unwrap();
-        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        let db = StateDb::open(dir.path(), &[crate::schema::STATE_DB]).unwrap();
         assert_eq!(rows(&db), 0, "none of the old rows: the old file is not half-read");
         assert_eq!(moved_aside(dir.path()).len(), 1);
         // The new one is a good database: a restart keeps it.
         db.with_conn(|c| c.execute("INSERT INTO md5_cache VALUES (x'61', 1, 2, 3, 'abc')", [])).unwrap();
         drop(db);
-        let again = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        let again = StateDb::open(dir.path(), &[crate::schema::STATE_DB]).unwrap();
         assert_eq!(rows(&again), 1);
         assert_eq!(moved_aside(dir.path()).len(), 1, "a good database stays");
     }
@@ -501,7 +475,7 @@ mod tests {
             std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(new_len).unwrap();
             let why = cut_short(&path).unwrap();
             assert!(why.as_deref().is_some_and(|w| w.starts_with("cut short")), "{cut:?}: {why:?}");
-            let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+            let db = StateDb::open(dir.path(), &[crate::schema::STATE_DB]).unwrap();
             assert_eq!(rows(&db), 0, "{cut:?}");
             assert_eq!(moved_aside(dir.path()).len(), 1, "{cut:?}");
         }
@@ -528,7 +502,7 @@ mod tests {
         // A directory where the database should be: an error, not moved.
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join(DB_FILE)).unwrap();
-        assert!(StateDb::open(dir.path(), &[MIGRATIONS]).is_err());
+        assert!(StateDb::open(dir.path(), &[crate::schema::STATE_DB]).is_err());
         assert!(moved_aside(dir.path()).is_empty());
     }
 

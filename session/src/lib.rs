@@ -35,28 +35,4 @@ pub mod runtime;
 pub mod session;
 pub mod tenancy;
 
-use gahp_services::state_db;
-
-/// The state database's schema: each crate's own steps (see
-/// `state_db::Migration`).
-pub const SCHEMA: &[&[state_db::Migration]] = &[
-    state_db::MIGRATIONS,
-    gahp_blah::job_records::MIGRATIONS,
-    gahp_broker::routes::MIGRATIONS,
-    gahp_sequences::store::MIGRATIONS,
-    gahp_project::submit_records::MIGRATIONS,
-    gahp_services::result_queue::MIGRATIONS,
-];
-
 pub use session::{start_daemon, DaemonHandles};
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_schema_has_every_version_once_from_1() {
-        let mut versions: Vec<usize> = super::SCHEMA.iter().flat_map(|m| m.iter()).map(|m| m.version).collect();
-        versions.sort();
-        versions.dedup();
-        assert_eq!(versions, (1..=versions.len()).collect::<Vec<_>>(), "a gap in the schema's versions");
-    }
-}

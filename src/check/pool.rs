@@ -42,7 +42,7 @@ pub async fn check(config: &DaemonConfig, path: &Path, app: Option<&str>, timeou
     }
     // The ads as the broker computes them: its own actors, on a state
     // database of this run only (nothing of the daemon's is touched).
-    let db = match StateDb::in_memory(gahp_session::SCHEMA) {
+    let db = match StateDb::in_memory(gahp_services::schema::SCHEMA) {
         Ok(db) => db,
         Err(e) => {
             report.add(Level::Fail, "pool", format!("internal error: {e}"));

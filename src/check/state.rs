@@ -16,7 +16,7 @@ pub fn check(dir: &Path, report: &mut Report) {
         Ok(None) => report.add(Level::Ok, "state", format!("{shown} does not exist yet; the daemon will create it")),
         Err(e) => report.add(Level::Fail, "state", format!("{shown}: {e}")),
     }
-    let daemon = state_db::newest_version(gahp_session::SCHEMA);
+    let daemon = state_db::newest_version(gahp_services::schema::SCHEMA);
     let mut detail = json!({ "dir": dir, "daemon_schema_version": daemon });
     match inspect(dir) {
         Ok(None) => report.add(Level::Ok, "state", "no state database yet; the daemon will create it".into()),

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use gahp_protocol::gahp::sequence_commands::{DeadBranch, SequenceStatus};
 
 use crate::decide::{LiveAttempt, ServerState};
-use gahp_services::state_db::{Migration, StateDb};
+use gahp_services::state_db::StateDb;
 
 pub use files::sweep_leftovers;
 
@@ -115,70 +115,6 @@ pub struct StepFile {
     pub name: String,
     pub md5: String,
 }
-
-const SEQUENCES: &str = "CREATE TABLE sequences (
-         project TEXT NOT NULL,
-         account TEXT NOT NULL,
-         name TEXT NOT NULL,
-         def TEXT NOT NULL,
-         planned INTEGER NOT NULL,
-         done INTEGER NOT NULL,
-         phase TEXT NOT NULL,
-         ended INTEGER NOT NULL,
-         reason TEXT,
-         relocations INTEGER NOT NULL,
-         live_step INTEGER,
-         live_attempt INTEGER,
-         live_submitted REAL,
-         live_first_in_progress REAL,
-         PRIMARY KEY (project, account, name)
-     );
-     CREATE TABLE sequence_dead_branches (
-         project TEXT NOT NULL,
-         account TEXT NOT NULL,
-         name TEXT NOT NULL,
-         step INTEGER NOT NULL,
-         attempt INTEGER NOT NULL,
-         reason TEXT NOT NULL,
-         submitted REAL NOT NULL,
-         abandoned REAL NOT NULL,
-         PRIMARY KEY (project, account, name, step, attempt)
-     );
-     CREATE TABLE sequence_files (
-         project TEXT NOT NULL,
-         account TEXT NOT NULL,
-         name TEXT NOT NULL,
-         step INTEGER NOT NULL,
-         file TEXT NOT NULL,
-         md5 TEXT NOT NULL,
-         PRIMARY KEY (project, account, name, step, file)
-     );";
-
-/// Batches of finished steps that are to be retired on the server: kept
-/// until the retire succeeded, so a daemon killed before it did retires
-/// them when it resumes.
-const RETIRES: &str = "CREATE TABLE sequence_retires (
-         project TEXT NOT NULL,
-         account TEXT NOT NULL,
-         batch TEXT NOT NULL,
-         PRIMARY KEY (project, account, batch)
-     );";
-
-/// Where a pool sequence went: a sequence that moves to another project of
-/// its pool leaves this behind, so that a message for it (a BLAH job's
-/// status, say) finds it through the pool.
-const MOVES: &str = "CREATE TABLE sequence_moves (
-         project TEXT NOT NULL,
-         account TEXT NOT NULL,
-         name TEXT NOT NULL,
-         pool TEXT NOT NULL,
-         PRIMARY KEY (project, account, name)
-     );";
-
-/// Work sequences: their records, dead branches and state files (4);
-/// batches still to retire (6); pool sequences that moved (7).
-pub const MIGRATIONS: &[Migration] =
-    &[Migration { version: 4, sql: SEQUENCES }, Migration { version: 6, sql: RETIRES }, Migration { version: 7, sql: MOVES }];
 
 /// The content store, under the state directory.
 const CONTENT_DIR: &str = "sequence-files";
@@ -466,7 +402,8 @@ mod tests {
     #[test]
     fn a_record_and_its_dead_branches_survive_a_reopen_and_state_carries_over_heartbeats() {
         let dir = tempfile::tempdir().unwrap();
-        let store = SequenceStore::new(StateDb::open(dir.path(), &[MIGRATIONS]).unwrap(), dir.path(), "http://p/", "acct");
+        let store =
+            SequenceStore::new(StateDb::open(dir.path(), &[gahp_services::schema::SEQUENCES]).unwrap(), dir.path(), "http://p/", "acct");
         let mut rec = SequenceRecord {
             def: def(),
             planned: 5,
@@ -488,17 +425,19 @@ mod tests {
         store.put_files("s", 0, &[StepFile { name: "state".into(), md5: md5.clone() }]).unwrap();
         store.put_files("s", 1, &[StepFile { name: "log".into(), md5: "x".into() }]).unwrap();
 
-        let again = SequenceStore::new(StateDb::open(dir.path(), &[MIGRATIONS]).unwrap(), dir.path(), "http://p/", "acct");
+        let again =
+            SequenceStore::new(StateDb::open(dir.path(), &[gahp_services::schema::SEQUENCES]).unwrap(), dir.path(), "http://p/", "acct");
         assert_eq!(again.load_all().unwrap(), vec![rec]);
         assert_eq!(again.state_before("s", 3, &["state".into()]).unwrap(), vec![StepFile { name: "state".into(), md5 }]);
-        let other = SequenceStore::new(StateDb::open(dir.path(), &[MIGRATIONS]).unwrap(), dir.path(), "http://p/", "another");
+        let other =
+            SequenceStore::new(StateDb::open(dir.path(), &[gahp_services::schema::SEQUENCES]).unwrap(), dir.path(), "http://p/", "another");
         assert!(other.load_all().unwrap().is_empty(), "another account sees none of them");
     }
 
     #[test]
     fn a_move_carries_everything_leaves_a_note_and_is_refused_onto_a_name_in_use() {
         let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        let db = StateDb::open(dir.path(), &[gahp_services::schema::SEQUENCES]).unwrap();
         let (a, b) =
             (SequenceStore::new(db.clone(), dir.path(), "http://a/", "x"), SequenceStore::new(db.clone(), dir.path(), "http://b/", "y"));
         let mut rec = SequenceRecord {
@@ -539,7 +478,7 @@ mod tests {
     #[test]
     fn the_inputs_in_use_are_those_of_sequences_that_may_run_a_step() {
         let dir = tempfile::tempdir().unwrap();
-        let db = StateDb::open(dir.path(), &[MIGRATIONS]).unwrap();
+        let db = StateDb::open(dir.path(), &[gahp_services::schema::SEQUENCES]).unwrap();
         let (a, b) = (SequenceStore::new(db.clone(), dir.path(), "http://a/", "x"), SequenceStore::new(db, dir.path(), "http://b/", "y"));
         let rec = |name: &str, input: &str, phase| SequenceRecord {
             def: SequenceDef {
@@ -572,7 +511,8 @@ mod tests {
     fn leftovers_of_a_killed_daemon_are_swept_and_kept_files_stay() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(sweep_leftovers(dir.path()).unwrap(), 0, "no content store yet");
-        let store = SequenceStore::new(StateDb::open(dir.path(), &[MIGRATIONS]).unwrap(), dir.path(), "http://p/", "acct");
+        let store =
+            SequenceStore::new(StateDb::open(dir.path(), &[gahp_services::schema::SEQUENCES]).unwrap(), dir.path(), "http://p/", "acct");
         let src = dir.path().join("init");
         std::fs::write(&src, b"counter 0\n").unwrap();
         let md5 = store.keep(&src).unwrap();
