@@ -7,6 +7,8 @@ pub mod dial;
 pub mod files;
 pub mod relay;
 pub mod server;
+#[cfg(unix)]
+pub mod systemd;
 pub mod tokens;
 
 use std::path::PathBuf;
@@ -151,12 +153,22 @@ fn serve_inner(flags: &crate::settings::GlobalFlags, args: &ServeArgs) -> Result
         commands_per_sec: args.commands_per_sec.max(1),
         max_unread_bytes: args.max_unread_bytes.max(1 << 20),
     };
-    crate::settings::init_logging(
-        &settings.log_file,
-        &settings.daemon.log_level,
-        settings.daemon.max_log_files,
-        settings.daemon.log_rotation,
-    );
+    // Under systemd the journal takes the log (and rotates it), else the log file.
+    #[cfg(unix)]
+    let journal = systemd::stderr_is_journal();
+    #[cfg(not(unix))]
+    let journal = false;
+    if journal {
+        #[cfg(unix)]
+        systemd::init_journal_logging(&settings.daemon.log_level);
+    } else {
+        crate::settings::init_logging(
+            &settings.log_file,
+            &settings.daemon.log_level,
+            settings.daemon.max_log_files,
+            settings.daemon.log_rotation,
+        );
+    }
     let system = actix_rt::System::new();
     let listener =
         system.block_on(tokio::net::TcpListener::bind(args.listen)).map_err(|e| format!("can't listen on {}: {e}", args.listen))?;

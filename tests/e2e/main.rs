@@ -37,6 +37,7 @@ mod serve_pool;
 mod serve_reconnect;
 mod serve_restart;
 mod serve_sequence_files;
+mod serve_systemd;
 mod serve_upload;
 mod token;
 mod upload_limits;
