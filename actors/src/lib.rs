@@ -45,6 +45,7 @@
 //!                  config, clock, atomic_file (whole or nothing), unpack (a
 //!                                     stranger's zip: bounded, checked, placed
 //!                                     without following links)
+//!                  metrics            the Prometheus registry; metrics_http serves it
 //! ```
 //!
 //! Actors: Session ──Dispatch──▶ Projects ──Run──▶ ProjectTree (RpcClient,
@@ -63,6 +64,8 @@ pub mod broker;
 pub mod clock;
 pub mod config;
 pub mod file_stager;
+pub mod metrics;
+pub mod metrics_http;
 pub mod project;
 pub mod projects;
 pub mod result_queue;

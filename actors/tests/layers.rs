@@ -23,7 +23,10 @@ const ACTORS: Layers = &[
     ("front ends", &["session", "runtime", "tenancy", "blah"]),
     ("multi-project", &["broker"]),
     ("one project", &["projects", "project", "sequences"]),
-    ("shared services", &["state_db", "file_stager", "result_queue", "config", "clock", "atomic_file", "unpack"]),
+    (
+        "shared services",
+        &["state_db", "file_stager", "result_queue", "config", "clock", "atomic_file", "unpack", "metrics", "metrics_http"],
+    ),
 ];
 
 /// The root crate's `src/`, over the workspace's crates. `""` is `lib.rs`.

@@ -113,6 +113,11 @@ pub struct ServeArgs {
     /// (fractions allowed); a retired batch's outputs go at once.
     #[arg(long, default_value_t = 30.0)]
     pub keep_files_days: f64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (docs/metrics.md),
+    /// e.g. `127.0.0.1:9632`; default: the config's `[metrics] listen`,
+    /// else none.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn secs(flag: &str, v: f64) -> Result<std::time::Duration, String> {
@@ -175,6 +180,10 @@ fn serve_inner(flags: &crate::settings::GlobalFlags, args: &ServeArgs) -> Result
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), %local, tls = tls.is_some(), "boinc_gahp serve starting");
     eprintln!("boinc_gahp serve: listening on {local}");
+    if let Some(addr) = args.metrics_listen.or(settings.daemon.metrics.listen) {
+        let local = system.block_on(gahp_actors::metrics_http::start(addr, false)).map_err(|e| e.to_string())?;
+        tracing::info!("metrics at http://{local}/metrics");
+    }
     let keep_files = secs("--keep-files-days", args.keep_files_days * 86_400.0)?;
     let server = server::Server { tls, tokens: args.tokens.clone(), base: settings.daemon, limits, keep_files };
     system.block_on(server::run(server, listener));

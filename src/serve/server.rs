@@ -398,6 +398,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     let Some(client) = client else {
         // Wrong and revoked tokens get the same answer.
         tracing::info!(%peer, "refused a connection: unknown token");
+        gahp_actors::metrics::global().auth_failed();
         let _ = stream.write_all(&answer(false, "token refused")).await;
         let _ = stream.shutdown().await;
         return;
@@ -414,6 +415,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         return;
     }
     tracing::info!(client = %client.name, %peer, "client connected");
+    let _counted = gahp_actors::metrics::global().connected(&client.name);
 
     let (reader, mut writer) = tokio::io::split(stream);
     let unread = Arc::new(AtomicUsize::new(0));

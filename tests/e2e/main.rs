@@ -21,6 +21,7 @@ mod container_image;
 mod deadline;
 mod demo;
 mod host_faults;
+mod metrics;
 mod https;
 mod protocol;
 mod quorum;
