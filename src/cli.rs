@@ -71,7 +71,15 @@ pub fn run_daemon(settings: Settings) -> io::Result<()> {
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "boinc_gahp starting");
     let initial = std::env::current_dir().ok().and_then(|d| initial_project(&d));
     let system = actix_rt::System::new();
+    let metrics = settings.daemon.metrics.listen;
     system.block_on(async {
+        // Off by default; a taken port (another user's daemon) costs only the metrics.
+        if let Some(addr) = metrics {
+            match gahp_services::metrics_http::start(addr, true).await {
+                Ok(local) => tracing::info!("metrics at http://{local}/metrics"),
+                Err(e) => tracing::warn!("{e}; going on without metrics"),
+            }
+        }
         gahp_session::start_daemon(
             settings.daemon,
             crate::stdin::stdin(),

@@ -125,15 +125,20 @@ fn beside(config: Option<&Path>, file: &Path) -> PathBuf {
     }
 }
 
+/// The log's filter for `level` (`info` if it is not one).
+pub fn log_filter(level: &str) -> tracing_subscriber::EnvFilter {
+    // HTTP internals stay quiet at any level: at trace they would print
+    // request lines, and a download URL carries the authenticator.
+    let quiet = ",awc=warn,actix_http=warn,actix_tls=warn,h2=warn,rustls=warn,mio=warn";
+    tracing_subscriber::EnvFilter::try_new(format!("{level}{quiet}"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info{quiet}")))
+}
+
 /// Logs go to a daily-rotated file, never to stdout (it carries the
 /// protocol). Writes are synchronous so nothing is lost on a prompt exit;
 /// a line the log's disk can't take is dropped (`log_file`).
 pub fn init_logging(file: &Path, level: &str, max_files: usize, rotation: LogRotation) {
-    // HTTP internals stay quiet at any level: at trace they would print
-    // request lines, and a download URL carries the authenticator.
-    let quiet = ",awc=warn,actix_http=warn,actix_tls=warn,h2=warn,rustls=warn,mio=warn";
-    let filter = tracing_subscriber::EnvFilter::try_new(format!("{level}{quiet}"))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info{quiet}")));
+    let filter = log_filter(level);
     let dir = file.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = file.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "boinc_gahp.log".into());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);

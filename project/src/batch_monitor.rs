@@ -29,11 +29,14 @@ pub struct BatchMonitor {
     /// Queries in flight and who else waits for their answer.
     in_flight: HashMap<QueryKey, Vec<oneshot::Sender<CommandResult>>>,
     recent: HashMap<QueryKey, (Instant, CommandResult)>,
+    /// Its share of the batches gauge: those in its last answer.
+    watched: gahp_services::metrics::GaugeShare,
 }
 
 impl BatchMonitor {
     pub fn new(key: ProjectKey, config: Arc<DaemonConfig>, rpc: Addr<RpcClient>) -> Self {
-        BatchMonitor { key, config, rpc, in_flight: HashMap::new(), recent: HashMap::new() }
+        let watched = gahp_services::metrics::global().batch_share(gahp_services::metrics::client_of(&config), &key.url);
+        BatchMonitor { key, config, rpc, in_flight: HashMap::new(), recent: HashMap::new(), watched }
     }
 }
 
@@ -93,6 +96,7 @@ impl Handler<QueryDone> for BatchMonitor {
             let _ = waiter.send(msg.answer.clone());
         }
         if !msg.answer.is_error() {
+            self.watched.set(&[("watched", msg.key.1.len() as i64)]);
             self.recent.insert(msg.key, (Instant::now(), msg.answer));
         }
     }

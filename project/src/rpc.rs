@@ -372,14 +372,18 @@ impl RpcClient {
                 {
                     fatals += 1;
                     tracing::info!(project = %self.key.url, what, attempts, "server script died: {e}");
-                    if !backoff(&self.config, attempts, deadline).await {
+                    let again = backoff(&self.config, attempts, deadline).await;
+                    gahp_services::metrics::global().fault(&self.key.url, "server script died", again);
+                    if !again {
                         return Err(e);
                     }
                 }
                 Err(Attempt::Failed(e)) => return Err(e),
                 Err(Attempt::Transient(detail)) => {
                     tracing::info!(project = %self.key.url, what, attempts, "transient failure: {detail}");
-                    if retry == Retry::Once || !backoff(&self.config, attempts, deadline).await {
+                    let again = retry == Retry::Idempotent && backoff(&self.config, attempts, deadline).await;
+                    gahp_services::metrics::global().fault(&self.key.url, &detail, again);
+                    if !again {
                         return Err(RpcError::Transient { detail, attempts, secs: started.elapsed().as_secs() });
                     }
                 }
@@ -388,7 +392,26 @@ impl RpcClient {
     }
 
     async fn run_call<T>(self, call: Call<T>) -> Result<T, RpcError> {
-        self.with_retries(call.script.path(), call.retry, call.deadline, |timeout| self.post_once(&call, timeout)).await
+        let started = Instant::now();
+        let r = self.with_retries(call.script.path(), call.retry, call.deadline, |timeout| self.post_once(&call, timeout)).await;
+        self.count(gahp_services::metrics::rpc_kind(&call.xml), &r, started);
+        if r.is_ok() && !call.attachments.is_empty() {
+            gahp_services::metrics::global().uploaded(&self.key.url, call.attachments.iter().map(|a| a.size).sum());
+        }
+        r
+    }
+
+    /// An RPC ended: counted by kind and outcome, with its time.
+    fn count<T>(&self, kind: &'static str, r: &Result<T, RpcError>, started: Instant) {
+        let outcome = match r {
+            Ok(_) => "ok",
+            Err(RpcError::Boinc { .. }) => "boinc_error",
+            Err(RpcError::Transient { .. }) => "transient",
+            Err(RpcError::ServerFatal { .. }) => "server_error",
+            Err(RpcError::HttpStatus { .. }) => "http_status",
+            Err(RpcError::Local(_)) => "local",
+        };
+        gahp_services::metrics::global().rpc(&self.key.url, kind, outcome, started.elapsed());
     }
 
     /// One download attempt: the headers and the whole body by `whole`
@@ -436,13 +459,20 @@ impl RpcClient {
     }
 
     async fn run_download(self, d: Download) -> Result<u64, RpcError> {
+        let started = Instant::now();
         // Large files: an attempt may take until the download's deadline
         // (not the RPC timeout), as long as its body keeps flowing.
-        self.with_retries("download", Retry::Idempotent, d.deadline, |_| {
-            let whole = d.deadline.saturating_duration_since(Instant::now());
-            self.get_once(&d, whole)
-        })
-        .await
+        let r = self
+            .with_retries("download", Retry::Idempotent, d.deadline, |_| {
+                let whole = d.deadline.saturating_duration_since(Instant::now());
+                self.get_once(&d, whole)
+            })
+            .await;
+        self.count("download", &r, started);
+        if let Ok(bytes) = r {
+            gahp_services::metrics::global().downloaded(&self.key.url, bytes);
+        }
+        r
     }
 }
 
@@ -757,9 +787,12 @@ impl Handler<Page> for RpcClient {
     type Result = ResponseFuture<Result<Bytes, RpcError>>;
     fn handle(&mut self, msg: Page, _: &mut Context<Self>) -> Self::Result {
         let this = self.clone();
-        Box::pin(
-            async move { this.with_retries("page", Retry::Idempotent, msg.deadline, |timeout| this.get_page_once(&msg, timeout)).await },
-        )
+        Box::pin(async move {
+            let started = Instant::now();
+            let r = this.with_retries("page", Retry::Idempotent, msg.deadline, |timeout| this.get_page_once(&msg, timeout)).await;
+            this.count("page", &r, started);
+            r
+        })
     }
 }
 
@@ -784,6 +817,31 @@ mod tests {
             let conn = service.call(ConnectTo::new(uri)).await.expect("connects on loopback");
             conn.io_ref().nodelay().unwrap()
         })
+    }
+
+    /// The metrics name a fault's cause from the words given here.
+    #[test]
+    fn each_kind_of_fault_has_its_cause_in_the_metrics() {
+        use awc::error::{ConnectError, SendRequestError};
+        use gahp_services::metrics::fault_cause;
+        let cause = |a: Attempt| match a {
+            Attempt::Transient(detail) => fault_cause(&detail),
+            Attempt::Failed(e) => panic!("not transient: {e}"),
+        };
+        assert_eq!(cause(classify_status(StatusCode::SERVICE_UNAVAILABLE).unwrap_err()), "http_5xx");
+        assert_eq!(cause(classify_status(StatusCode::TOO_MANY_REQUESTS).unwrap_err()), "http_429");
+        assert_eq!(cause(classify_status(StatusCode::REQUEST_TIMEOUT).unwrap_err()), "timeout");
+        assert_eq!(cause(send_error(SendRequestError::Timeout)), "timeout");
+        assert_eq!(cause(send_error(SendRequestError::Connect(ConnectError::Timeout))), "connect");
+        let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+        assert_eq!(cause(send_error(SendRequestError::Connect(ConnectError::Io(refused)))), "connect");
+        assert_eq!(cause(body_stalled(Duration::from_secs(1))), "stalled");
+        assert_eq!(fault_cause(&BodyError::Stalled { bytes: 3, secs: 1.0 }.to_string()), "stalled");
+        assert_eq!(fault_cause(&BodyError::Deadline { total: 3, secs: 1.0 }.to_string()), "stalled");
+        assert_eq!(fault_cause(&BodyError::Cut("3 of 9 bytes".into()).to_string()), "torn");
+        let lost = "<b>Fatal error</b>: Uncaught mysqli_sql_exception: Connection refused in /x/boinc_db.inc";
+        let lost = RpcError::from_reply(reply::php_fatal(lost.as_bytes()).expect("a fatal page"));
+        assert_eq!(cause(lost), "server_script");
     }
 
     #[test]

@@ -95,8 +95,20 @@ pub struct DaemonConfig {
     pub blah: BlahConfig,
     /// What a zip from a project, an app or a volunteer's host may hold.
     pub unpack: UnpackLimits,
+    /// The Prometheus metrics endpoint (docs/metrics.md).
+    pub metrics: MetricsConfig,
     /// Settings of one project (`[projects."URL"]`), over the ones above.
     pub projects: BTreeMap<String, ProjectConfig>,
+}
+
+/// The `[metrics]` section: off unless `listen` is set.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Where `/metrics` is served, e.g. `127.0.0.1:9631`; loopback only.
+    /// Each daemon HTCondor starts (one per user) needs its own port: one
+    /// that finds it taken goes on without metrics, saying so in its log.
+    pub listen: Option<std::net::SocketAddr>,
 }
 
 /// What one project's server takes, where it differs from the defaults.
@@ -359,6 +371,7 @@ impl Default for DaemonConfig {
             pool_grants: None,
             blah: BlahConfig::default(),
             unpack: UnpackLimits::default(),
+            metrics: MetricsConfig::default(),
             projects: BTreeMap::new(),
         }
     }
@@ -404,6 +417,9 @@ impl DaemonConfig {
         }
         if self.unpack.max_entries == 0 || self.unpack.max_bytes == 0 || self.unpack.max_ratio == 0 {
             return bad("unpack", "max_entries, max_bytes and max_ratio must each be at least 1");
+        }
+        if self.metrics.listen.is_some_and(|a| !a.ip().is_loopback()) {
+            return bad("metrics.listen", "must be a loopback address (serve --metrics-listen may name another)");
         }
         if self.hash_threads == 0 {
             return bad("hash_threads", "must be at least 1");

@@ -8,7 +8,8 @@
 //! * `file_stager`: MD5 content names and the hash cache;
 //! * `result_queue`: one result per accepted request, in order;
 //! * `config`, `clock`, `atomic_file` (whole or nothing), `unpack` (a
-//!   stranger's zip: bounded, checked, placed without following links).
+//!   stranger's zip: bounded, checked, placed without following links);
+//! * `metrics`: the Prometheus registry; `metrics_http` serves it.
 
 #![forbid(unsafe_code)]
 
@@ -16,6 +17,8 @@ pub mod atomic_file;
 pub mod clock;
 pub mod config;
 pub mod file_stager;
+pub mod metrics;
+pub mod metrics_http;
 pub mod result_queue;
 pub mod schema;
 pub mod state_db;

@@ -54,6 +54,7 @@ impl OpenedState {
     fn open_with(config: DaemonConfig, durable_results: bool) -> io::Result<Self> {
         let config = Arc::new(config);
         let db = StateDb::open(&config.state_dir, gahp_services::schema::SCHEMA)?;
+        gahp_services::metrics::global().watch_state_db(gahp_services::metrics::client_of(&config), &config.state_dir);
         match gahp_sequences::store::sweep_leftovers(&config.state_dir) {
             Ok(0) => {}
             Ok(n) => tracing::info!(files = n, "removed temporary files a killed daemon left in the sequence content store"),

@@ -7,6 +7,8 @@ pub mod dial;
 pub mod files;
 pub mod relay;
 pub mod server;
+#[cfg(unix)]
+pub mod systemd;
 pub mod tokens;
 
 use std::path::PathBuf;
@@ -111,6 +113,11 @@ pub struct ServeArgs {
     /// (fractions allowed); a retired batch's outputs go at once.
     #[arg(long, default_value_t = 30.0)]
     pub keep_files_days: f64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (docs/metrics.md),
+    /// e.g. `127.0.0.1:9632`; default: the config's `[metrics] listen`,
+    /// else none.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn secs(flag: &str, v: f64) -> Result<std::time::Duration, String> {
@@ -151,18 +158,32 @@ fn serve_inner(flags: &crate::settings::GlobalFlags, args: &ServeArgs) -> Result
         commands_per_sec: args.commands_per_sec.max(1),
         max_unread_bytes: args.max_unread_bytes.max(1 << 20),
     };
-    crate::settings::init_logging(
-        &settings.log_file,
-        &settings.daemon.log_level,
-        settings.daemon.max_log_files,
-        settings.daemon.log_rotation,
-    );
+    // Under systemd the journal takes the log (and rotates it), else the log file.
+    #[cfg(unix)]
+    let journal = systemd::stderr_is_journal();
+    #[cfg(not(unix))]
+    let journal = false;
+    if journal {
+        #[cfg(unix)]
+        systemd::init_journal_logging(&settings.daemon.log_level);
+    } else {
+        crate::settings::init_logging(
+            &settings.log_file,
+            &settings.daemon.log_level,
+            settings.daemon.max_log_files,
+            settings.daemon.log_rotation,
+        );
+    }
     let system = actix_rt::System::new();
     let listener =
         system.block_on(tokio::net::TcpListener::bind(args.listen)).map_err(|e| format!("can't listen on {}: {e}", args.listen))?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), %local, tls = tls.is_some(), "boinc_gahp serve starting");
     eprintln!("boinc_gahp serve: listening on {local}");
+    if let Some(addr) = args.metrics_listen.or(settings.daemon.metrics.listen) {
+        let local = system.block_on(gahp_services::metrics_http::start(addr, false)).map_err(|e| e.to_string())?;
+        tracing::info!("metrics at http://{local}/metrics");
+    }
     let keep_files = secs("--keep-files-days", args.keep_files_days * 86_400.0)?;
     let server = server::Server { tls, tokens: args.tokens.clone(), base: settings.daemon, limits, keep_files };
     system.block_on(server::run(server, listener));

@@ -105,14 +105,57 @@ fn answer(ok: bool, why: &str) -> Vec<u8> {
 impl Shared {
     /// The tokens file, read again when it changed: a revoked token fails
     /// at its next connection.
-    fn tokens(&self) -> Result<Rc<TokensFile>, String> {
-        let mtime = std::fs::metadata(&self.server.tokens).and_then(|m| m.modified()).ok();
-        let mut cached = self.tokens.borrow_mut();
-        if mtime.is_none() || cached.0 != mtime {
-            let file = TokensFile::load(&self.server.tokens, false).map_err(|e| e.to_string())?;
-            *cached = (mtime, Rc::new(file));
+    fn tokens(&self) -> Rc<TokensFile> {
+        let mtime = self.tokens_mtime();
+        if self.tokens.borrow().0 != mtime {
+            self.read_tokens(mtime);
         }
-        Ok(cached.1.clone())
+        self.tokens.borrow().1.clone()
+    }
+
+    fn tokens_mtime(&self) -> Option<SystemTime> {
+        std::fs::metadata(&self.server.tokens).and_then(|m| m.modified()).ok()
+    }
+
+    /// Reads the tokens file (as it was at `mtime`). One that can't be read
+    /// or parsed leaves the tokens read before in force, and is said once
+    /// (until the file changes again): a half-edited file locks no one out.
+    /// The number of clients, if it was read.
+    fn read_tokens(&self, mtime: Option<SystemTime>) -> Option<usize> {
+        let mut cached = self.tokens.borrow_mut();
+        match TokensFile::load(&self.server.tokens, false) {
+            Ok(file) => {
+                let clients = file.clients.len();
+                *cached = (mtime, Rc::new(file));
+                Some(clients)
+            }
+            Err(e) => {
+                tracing::error!("the tokens read before stay in force: {e}");
+                cached.0 = mtime;
+                None
+            }
+        }
+    }
+
+    /// SIGHUP (`systemctl reload`): the tokens file read now, whatever its
+    /// time says, and the sessions of clients no longer in it ended.
+    /// systemd is told when the reload begins and ends.
+    fn reload(&self, local: SocketAddr) {
+        #[cfg(unix)]
+        super::systemd::notify(&super::systemd::reloading());
+        if let Some(clients) = self.read_tokens(self.tokens_mtime()) {
+            tracing::info!(clients, "reloaded the tokens file");
+        }
+        self.end_revoked();
+        self.ready(local);
+    }
+
+    /// Tells systemd that serve takes connections, if systemd runs it.
+    fn ready(&self, local: SocketAddr) {
+        #[cfg(unix)]
+        super::systemd::notify(&format!("READY=1\nSTATUS=listening on {local}; {} clients", self.tokens().clients.len()));
+        #[cfg(not(unix))]
+        let _ = local;
     }
 
     /// The client's tenant, started at its first connection. Its state is
@@ -165,7 +208,7 @@ impl Shared {
 
     /// Ends the sessions of clients no longer in the tokens file.
     fn end_revoked(&self) {
-        let Ok(file) = self.tokens() else { return };
+        let file = self.tokens();
         for (name, t) in self.tenants.borrow_mut().iter_mut() {
             if file.client(name).is_none() {
                 if let Some(s) = t.session.take() {
@@ -243,6 +286,22 @@ pub async fn run(server: Server, listener: TcpListener) {
             watcher.end_revoked();
         }
     });
+    let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+    // Taken before READY=1: a SIGHUP's default would end serve.
+    #[cfg(unix)]
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hangups) => {
+            let reloader = shared.clone();
+            actix_rt::spawn(async move {
+                while hangups.recv().await.is_some() {
+                    reloader.reload(local);
+                }
+            });
+        }
+        Err(e) => tracing::warn!("SIGHUP will not reload the tokens file: {e}"),
+    }
+    // The listener is bound and listening: connections are taken from now.
+    shared.ready(local);
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -335,19 +394,11 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
             return;
         }
     };
-    let client = match shared.tokens() {
-        Ok(file) => file.authenticate(&token).cloned(),
-        Err(e) => {
-            // Not the token's fault: the client may come again.
-            tracing::error!("can't read the tokens file: {e}");
-            let _ = stream.write_all(&answer(false, "server error")).await;
-            let _ = stream.shutdown().await;
-            return;
-        }
-    };
+    let client = shared.tokens().authenticate(&token).cloned();
     let Some(client) = client else {
         // Wrong and revoked tokens get the same answer.
         tracing::info!(%peer, "refused a connection: unknown token");
+        gahp_services::metrics::global().auth_failed();
         let _ = stream.write_all(&answer(false, "token refused")).await;
         let _ = stream.shutdown().await;
         return;
@@ -364,6 +415,7 @@ async fn connection<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         return;
     }
     tracing::info!(client = %client.name, %peer, "client connected");
+    let _counted = gahp_services::metrics::global().connected(&client.name);
 
     let (reader, mut writer) = tokio::io::split(stream);
     let unread = Arc::new(AtomicUsize::new(0));

@@ -21,6 +21,7 @@
 //! (leases, retiring, the periodic tasks), and `messages` (its API).
 
 mod abort;
+mod counts;
 mod delivery;
 mod job_map;
 mod messages;
@@ -134,6 +135,8 @@ pub struct ProjectJobs {
     upkeep_running: bool,
     /// Cancelled jobs whose abort has not reached the server yet.
     aborts: HashSet<String>,
+    /// Its share of the jobs-by-state gauge (`counts`).
+    job_counts: gahp_services::metrics::GaugeShare,
 }
 
 /// A job in memory: 40 bytes (see `a_job_in_memory_is_small`); what few
@@ -470,6 +473,7 @@ impl ProjectJobs {
     ) -> Self {
         let mut pipeline_config = (*config).clone();
         pipeline_config.initial_expire = config.blah.lease;
+        let job_counts = gahp_services::metrics::global().job_share(gahp_services::metrics::client_of(&config), &key.url);
         ProjectJobs {
             pkey,
             key,
@@ -492,6 +496,7 @@ impl ProjectJobs {
             saving_statuses: false,
             upkeep_running: false,
             aborts: HashSet::new(),
+            job_counts,
         }
     }
 
@@ -623,6 +628,7 @@ impl Actor for ProjectJobs {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.run_interval(counts::EVERY, |act, _| act.publish_job_counts());
         // Nothing is handled before the project's HTTP client is known.
         let (projects, key) = (self.projects.clone(), self.key.clone());
         ctx.wait(

@@ -202,6 +202,7 @@ impl ProjectJobs {
                 ad.get_str("HoldReason").unwrap_or("")
             );
         }
+        gahp_services::metrics::global().job_finished(gahp_services::metrics::client_of(&self.config), &self.key.url, status);
         let (b, text) = (batch.to_string(), ad.to_string());
         self.store.write("store a final status", move |c| job_records::set_phase(c, &b, Phase::Final, Some(status), Some(text)));
         job.phase = Phase::Final;

@@ -16,7 +16,7 @@ job submitted from there by root. Prints one JSON object.
 import json
 import sys
 
-import htcondor
+from bindings import V2, htcondor
 
 
 def submit(path, spool):
@@ -28,12 +28,15 @@ def submit(path, spool):
     schedd = htcondor.Schedd()
     result = schedd.submit(description, count=count, spool=spool)
     if spool:
-        schedd.spool(list(description.jobs(count=count, clusterid=result.cluster())))
+        # Version 2 spools what its submit kept; version 1 wants the jobs' ads.
+        schedd.spool(result if V2 else list(description.jobs(count=count, clusterid=result.cluster())))
     return {"cluster": result.cluster(), "procs": result.num_procs()}
 
 
 def act(action, job):
-    result = htcondor.Schedd().act(htcondor.JobAction.names[action], [job] if "." in job else "ClusterId == %d" % int(job))
+    # Version 2's JobAction is a Python enum, version 1's a Boost one.
+    how = htcondor.JobAction[action] if V2 else htcondor.JobAction.names[action]
+    result = htcondor.Schedd().act(how, [job] if "." in job else "ClusterId == %d" % int(job))
     return {k: result[k] for k in result.keys()}
 
 

@@ -1,8 +1,8 @@
 """The HTCondor checks' pool, projects and selection (docs/htcondor-test.md).
 
-pytest runs inside the Debian trixie root that deploy/htcondor-test/run
-made and installed the packages in, as root. The fixtures set up what the
-checks run in:
+pytest runs inside the Debian root (trixie: HTCondor 23.9, sid: 25) that
+deploy/htcondor-test/run made and installed the packages in, as root. The
+fixtures set up what the checks run in:
 
   project      the simulated project (boinc-sim in the root), or with
                --project-url/--project-auth-file another BOINC project (the
@@ -26,7 +26,7 @@ import socket
 import subprocess
 import time
 
-import htcondor
+from bindings import htcondor
 import pytest
 
 import harness
@@ -38,7 +38,8 @@ log = logging.getLogger("htcondor-test")
 CHECKS = [
     "pool", "complete", "remove", "hold-release", "fail", "gahp-kill", "args", "share", "broker",
     "router-complete", "router-remove", "router-unzip", "router-refused", "script-grid", "script-routed",
-    "script-held", "seq-complete", "seq-hold-release", "spool", "condor-c", "ssh", "tier2",
+    "script-defaults", "script-held", "stage-cmd", "seq-complete", "seq-hold-release", "spool", "condor-c", "ssh",
+    "tier2",
 ]
 
 DEPLOY = os.path.normpath(os.path.join(harness.HERE, "..", ".."))
@@ -55,6 +56,8 @@ def pytest_addoption(parser):
     g.addoption("--project-auth-file", default="", help="the file holding that project's authenticator")
     g.addoption("--run-dir", default="/var/lib/boinc-gahp-test/run", help="this run's scratch files")
     g.addoption("--pause", type=int, default=0, help="keep the pool up this many seconds after the checks")
+    g.addoption("--port-base", type=int, default=harness.PORT_BASE,
+                help="the first of the 100 ports the pool, sshd and serve take theirs from (one range per pool)")
 
 
 def check_name(item):
@@ -69,6 +72,7 @@ def pytest_configure(config):
     # SIGTERM (the script's teardown, a CI timeout) ends the run as Ctrl-C
     # does: the fixtures' teardown stops the pool and the sims.
     signal.signal(signal.SIGTERM, _interrupt)
+    harness.PORT_BASE = config.getoption("--port-base")
     url, auth = config.getoption("--project-url"), config.getoption("--project-auth-file")
     if bool(url) != bool(auth):
         raise pytest.UsageError("--project-url and --project-auth-file go together")
@@ -302,9 +306,8 @@ def pool(project, run_dir, pytestconfig):
             time.sleep(1)
         if not up:
             raise RuntimeError("the schedd did not answer in 60 s")
-        version = harness.in_root(["dpkg-query", "-W", "-f", "${Version}", "htcondor"]).stdout
-        log.info("HTCondor %s pool up on 127.0.0.1:%d (condor_master pid %d) in %d s", version, port, master.pid,
-                 time.monotonic() - t)
+        log.info("HTCondor %s pool up on 127.0.0.1:%d (condor_master pid %d) in %d s", harness.condor_version(), port,
+                 master.pid, time.monotonic() - t)
         yield Pool(project, port, master)
         pause = pytestconfig.getoption("--pause")
         if pause > 0:

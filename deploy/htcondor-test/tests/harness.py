@@ -1,6 +1,6 @@
 """The checks' tools: the pool's users, job directories, jobs in the
 schedd (HTCondor's Python bindings), the job's files, the simulated
-project's state. Everything here runs inside the trixie root, as root; what
+project's state. Everything here runs inside the Debian root, as root; what
 the submitting user does goes through asuser.py under the user's uid.
 """
 import json
@@ -11,7 +11,7 @@ import subprocess
 import time
 import urllib.error
 
-import htcondor
+from bindings import htcondor
 import pytest
 
 import simstate
@@ -98,6 +98,20 @@ def gm_tail():
     return ("gm", GMLOG, 25)
 
 
+def submitted_ads(iwd):
+    """The ads the gridmanager sent in BLAH_JOB_SUBMIT for jobs of this
+    Iwd, as its log shows them at D_FULLDEBUG, the GAHP escapes undone
+    (`[ In = "/dev/null"; Cmd = ...; StageCmd = false; ... ]`)."""
+    out = []
+    for line in (read(GMLOG, "") or "").splitlines():
+        m = re.search(r"GAHP\[\d+\] <- 'BLAH_JOB_SUBMIT \d+ (.*)'$", line)
+        if m:
+            ad = re.sub(r"\\(.)", r"\1", m.group(1))
+            if 'Iwd = "%s"' % iwd in ad:
+                out.append(ad)
+    return out
+
+
 class Faults:
     """What is wrong with a check's result: every finding, not just the
     first, in one failure."""
@@ -152,6 +166,19 @@ def in_root(args, timeout=60):
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
 
 
+def condor_version():
+    """The pool's `condor_version` line: `$CondorVersion: 25.4.0 ... $`."""
+    return in_root(["condor_version"]).stdout.split("\n")[0].strip()
+
+
+def condor_major():
+    """HTCondor's major version (23, 25): what the gridmanager sends differs."""
+    m = re.search(r"\$CondorVersion: (\d+)\.", condor_version())
+    if not m:
+        raise RuntimeError("condor_version says no version: %s" % condor_version())
+    return int(m.group(1))
+
+
 def user_action(args, cwd=THOME, timeout=60):
     """asuser.py as the submitting user: its JSON answer, or an error."""
     try:
@@ -163,18 +190,24 @@ def user_action(args, cwd=THOME, timeout=60):
     return json.loads(p.stdout)
 
 
+# Where free_port looks: each pool its own 100 ports (conftest's
+# --port-base), so that two pools started at once never pick the same one.
+PORT_BASE = 29618
+
+
 def free_port():
-    """A free TCP port on 127.0.0.1 (none of /proc/net/tcp's listeners has it)."""
+    """A free TCP port on 127.0.0.1 (none of /proc/net/tcp's listeners has
+    it) among this pool's."""
     used = set()
     for f in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in (read(f, "") or "").splitlines()[1:]:
             parts = line.split()
             if len(parts) > 3 and parts[3] == "0A":
                 used.add(int(parts[1].rsplit(":", 1)[1], 16))
-    for p in range(29618, 29718):
+    for p in range(PORT_BASE, PORT_BASE + 100):
         if p not in used:
             return p
-    raise RuntimeError("no free port in 29618-29717")
+    raise RuntimeError("no free port in %d-%d" % (PORT_BASE, PORT_BASE + 99))
 
 
 def wait_listening(port, proc, seconds=10):

@@ -7,7 +7,7 @@ import re
 import subprocess
 import time
 
-import htcondor
+from bindings import htcondor
 import pytest
 
 import harness
