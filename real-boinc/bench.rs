@@ -42,6 +42,8 @@ use gahp_protocol::gahp::{AsyncCommand, FetchMode, FetchOutput, InputFile, JobPa
 use gahp_protocol::Authenticator;
 use gahp_testkit::GahpClient;
 
+// The bench drives only the client's nudges (its tests and task calls are the e2e's).
+#[allow(dead_code, unused_imports)]
 #[path = "boinc_client.rs"]
 mod boinc_client;
 use boinc_client::{BoincClient, Nudger};
