@@ -1,6 +1,7 @@
-//! The BLAH_* front end (`grid_resource = batch boinc`): the dispatcher, one
-//! actor per BOINC project on that project's tree, the job-ad mapping, the
-//! output delivery and the durable job records.
+//! The BLAH_* front end (`grid_resource = batch boinc`): the dispatcher
+//! (`jobs`: BlahJobs), one actor per BOINC project on that project's tree
+//! (`project_jobs`: ProjectJobs), the job-ad mapping (`map`), the output
+//! delivery (`outputs`) and the durable job records (`job_records`).
 
 #![forbid(unsafe_code)]
 

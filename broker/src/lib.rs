@@ -1,4 +1,7 @@
-//! The multi-project broker: a pool of BOINC projects selected as one
+//! The projects: `registry` (Registry: one ProjectTree and one
+//! SequenceRelocator per URL and authenticator, where a `BOINC_*` or
+//! `BOINC_SEQUENCE_*` command on one project runs), and the broker: a pool
+//! of BOINC projects selected as one
 //! (`BOINC_SELECT_PROJECT pool:<path> -`). Each batch is matched with
 //! ClassAds (two-sided Requirements and Rank, as in Condor-G's matchmaking
 //! for SAMGrid) to the project that suits it best — by default the one that
@@ -6,14 +9,14 @@
 //! the durable batch -> project route.
 //!
 //! ```text
-//! Session ──PoolDispatch──▶ pools::Pools ──Run──▶ project::tree::ProjectTree (one per project, as always)
+//! Session ──PoolDispatch──▶ pools::Pools ──Run──▶ gahp_project::tree::ProjectTree (one per project, as always)
 //!                             ├─ project_ads::ProjectAds     (per pool: the project ads, refreshed)
 //!                             ├─ data_overlap::DataOverlap   (per pool: boinc_data_overlap, cached)
 //!                             ├─ rank_functions::RankFunctions (per pool: external rank functions, cached)
 //!                             └─ routes::Routes              (batch -> project, job -> batch, in the state DB)
 //! ```
 //! `matchmaker` is the pure part: the ads and the ranking; `pool` the
-//! pool file; `sequences` places work sequences on a pool and moves a
+//! pool file; `pool_sequences` places work sequences on a pool and moves a
 //! relocated one to the next-best project.
 
 #![forbid(unsafe_code)]

@@ -5,7 +5,8 @@
 //! * `decide`: what to do next with a sequence (pure, unit-tested);
 //! * `store`: the durable record (sequences, attempts, dead branches, state
 //!   files by MD5 content name);
-//! * `relocator`: the SequenceRelocator actor, one per project tree, and
+//! * `relocator`: the SequenceRelocator actor, one beside each project
+//!   tree (the registry starts both), and
 //!   its messages (the API the `BOINC_SEQUENCE_*` commands and the BLAH
 //!   front end use).
 

@@ -16,8 +16,9 @@
 //! one project      gahp-sequences  that project's work sequences (the relocator)
 //!                  gahp-project    one project's actor tree: RpcClient, SubmitPipeline,
 //!                                  BatchMonitor, OutputFetcher
-//! shared services  gahp-services   state_db, file_stager, result_queue, config, clock,
-//!                                  atomic_file, unpack
+//! shared services  gahp-services   state_db, schema (every table), file_stager,
+//!                                  result_queue, config, clock, atomic_file, unpack,
+//!                                  metrics (and metrics_http, which serves them)
 //! ```
 //!
 //! Actors: Session ──Dispatch──▶ Registry ──Run──▶ ProjectTree (RpcClient,
