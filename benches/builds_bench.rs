@@ -13,13 +13,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gahp_protocol::gahp::{AsyncCommand, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
+use gahp_protocol::gahp::{AsyncCommand, Command, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
 use gahp_testkit::{GahpClient, SimProcess};
 
 const WAIT: Duration = Duration::from_secs(600);
 
 fn cmd(id: u32, c: AsyncCommand) -> Request {
-    Request::Async { reqid: ReqId(id), command: c }
+    Request::Command { reqid: ReqId(id), command: Command::Boinc(c) }
 }
 
 /// One round of one build: (pings one at a time, pings at once, submit) in seconds, peak RSS.

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gahp_protocol::gahp::{AsyncCommand, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
+use gahp_protocol::gahp::{AsyncCommand, Command, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
 use gahp_testkit::GahpClient;
 use gahp_testkit::SimProcess;
 
@@ -47,7 +47,7 @@ fn daemon(dir: &Path, sim: &SimProcess) -> GahpClient {
 }
 
 fn cmd(id: u32, c: AsyncCommand) -> Request {
-    Request::Async { reqid: ReqId(id), command: c }
+    Request::Command { reqid: ReqId(id), command: Command::Boinc(c) }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

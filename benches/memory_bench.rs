@@ -33,7 +33,7 @@ use gahp_protocol::boinc::reply::QueryBatch2Reader;
 use gahp_protocol::boinc::{reply, request, SubmitJob, SubmitParams};
 use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::{
-    AsyncCommand, BlahCommand, CommandResult, InputFile, JobParams, JobSpec, QueryAnswerBuilder, ReqId, Request, SubmitBatch,
+    AsyncCommand, BlahCommand, Command, CommandResult, InputFile, JobParams, JobSpec, QueryAnswerBuilder, ReqId, Request, SubmitBatch,
 };
 use gahp_protocol::Authenticator;
 use gahp_services::result_queue::TAIL_CHUNK;
@@ -162,7 +162,10 @@ fn batch_names(n: usize) -> Vec<String> {
 /// Sends one request line and reads its result raw: the time until the
 /// whole result line was read, its length and field count.
 fn query_raw(g: &mut GahpClient, id: u32, batches: &[String]) -> (Duration, usize, usize) {
-    let req = Request::Async { reqid: ReqId(id), command: AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: batches.to_vec() } };
+    let req = Request::Command {
+        reqid: ReqId(id),
+        command: Command::Boinc(AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: batches.to_vec() }),
+    };
     let t = Instant::now();
     g.submit_async(&req).unwrap();
     // The `R` that says a result is ready, then one RESULTS.
@@ -298,12 +301,12 @@ fn status_steps(sim: &SimProcess, batches: &[String]) {
 /// The submit side in-process: one 10,000-job request line, what it
 /// parses into, and the submit_batch request built from it.
 fn submit_steps(input: &Path) {
-    let line = gahp_protocol::gahp::request::format(&Request::Async {
+    let line = gahp_protocol::gahp::request::format(&Request::Command {
         reqid: ReqId(2),
-        command: AsyncCommand::Submit(batch("mem000", BATCH, input)),
+        command: Command::Boinc(AsyncCommand::Submit(batch("mem000", BATCH, input))),
     });
     let (req, parsed, _) = held(|| gahp_protocol::gahp::request::parse(&line).unwrap());
-    let Request::Async { command: AsyncCommand::Submit(b), .. } = &req else { unreachable!() };
+    let Request::Command { command: Command::Boinc(AsyncCommand::Submit(b)), .. } = &req else { unreachable!() };
     // The submit_batch request built from it (an input's physical name is
     // its MD5 content name, 35 bytes).
     let phys = format!("jf_{:032x}", 0u128);
@@ -357,7 +360,12 @@ fn boinc_front_end(jobs: usize, steps: bool) {
     let cpu = (cpu_secs(pid), cpu_secs(sim.pid()));
     let t = Instant::now();
     for name in &names {
-        let r = g.call(|id| Request::Async { reqid: ReqId(id), command: AsyncCommand::Submit(batch(name, BATCH, &input)) }, WAIT).unwrap();
+        let r = g
+            .call(
+                |id| Request::Command { reqid: ReqId(id), command: Command::Boinc(AsyncCommand::Submit(batch(name, BATCH, &input))) },
+                WAIT,
+            )
+            .unwrap();
         assert_eq!(r, ["NULL"], "{r:?}");
     }
     let submit = t.elapsed();
@@ -440,7 +448,13 @@ fn gridmanager_polled(jobs: usize) {
     let t = Instant::now();
     for cluster in 0..names.len() {
         let r = g
-            .call(|id| Request::Async { reqid: ReqId(id), command: AsyncCommand::Submit(gridmanager_batch(cluster, BATCH, &input)) }, WAIT)
+            .call(
+                |id| Request::Command {
+                    reqid: ReqId(id),
+                    command: Command::Boinc(AsyncCommand::Submit(gridmanager_batch(cluster, BATCH, &input))),
+                },
+                WAIT,
+            )
             .unwrap();
         assert_eq!(r, ["NULL"], "{r:?}");
     }
@@ -487,7 +501,11 @@ fn boinc_submits_at_once(jobs: usize) {
         .iter()
         .map(|name| {
             let id = g.reqid();
-            g.submit_async(&Request::Async { reqid: ReqId(id), command: AsyncCommand::Submit(batch(name, BATCH, &input)) }).unwrap();
+            g.submit_async(&Request::Command {
+                reqid: ReqId(id),
+                command: Command::Boinc(AsyncCommand::Submit(batch(name, BATCH, &input))),
+            })
+            .unwrap();
             id
         })
         .collect();
@@ -520,7 +538,7 @@ fn send_paced(g: &mut GahpClient, n: usize, pending: Option<usize>, command: imp
     while done < n {
         while sent < n && sent - done < cap {
             let id = g.reqid();
-            g.submit_async(&Request::Blah { reqid: ReqId(id), command: command(sent) }).unwrap();
+            g.submit_async(&Request::Command { reqid: ReqId(id), command: Command::Blah(command(sent)) }).unwrap();
             sent += 1;
         }
         for (id, r) in g.wait_any(WAIT).unwrap() {

@@ -16,13 +16,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gahp_protocol::classad::{ClassAd, Value};
-use gahp_protocol::gahp::{BlahCommand, ReqId, Request};
+use gahp_protocol::gahp::{BlahCommand, Command, ReqId, Request};
 use gahp_testkit::{blah_job_ad, GahpClient, SimProcess};
 
 const GIB: u64 = 1 << 30;
 
 fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
-    g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, Duration::from_secs(300)).unwrap()
+    g.call(|reqid| Request::Command { reqid: ReqId(reqid), command: Command::Blah(command) }, Duration::from_secs(300)).unwrap()
 }
 
 /// One script job whose script is `script`; its final status fields, the

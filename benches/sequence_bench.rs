@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use gahp_protocol::gahp::sequence_commands::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
-use gahp_protocol::gahp::{InputFile, ReqId, Request};
+use gahp_protocol::gahp::{Command, InputFile, ReqId, Request};
 use gahp_testkit::{GahpClient, SimProcess};
 
 const STEPS: u32 = 10;
@@ -40,7 +40,7 @@ flops = 1e10
 ";
 
 fn seq(id: u32, command: SequenceCommand) -> Request {
-    Request::Sequence { reqid: ReqId(id), command }
+    Request::Command { reqid: ReqId(id), command: Command::Sequence(command) }
 }
 
 /// Sends one command per sequence, then collects every result.

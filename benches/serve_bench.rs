@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use gahp_protocol::gahp::escape::split_args;
 use gahp_protocol::gahp::request::format;
-use gahp_protocol::gahp::{AsyncCommand, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
+use gahp_protocol::gahp::{AsyncCommand, Command as GahpCommand, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
 use gahp_testkit::{http, SimProcess};
 
 const BATCHES: usize = 10;
@@ -158,7 +158,7 @@ fn client(port: u16, token: String, url: String, jobs: usize) -> ClientRun {
             params: JobParams::default(),
         };
         let id = b as u32 + 1;
-        let line = format(&Request::Async { reqid: ReqId(id), command: AsyncCommand::Submit(batch) });
+        let line = format(&Request::Command { reqid: ReqId(id), command: GahpCommand::Boinc(AsyncCommand::Submit(batch)) });
         assert_eq!(c.command(&line), ["S"]);
         sent.insert(id, Instant::now());
     }
@@ -175,8 +175,10 @@ fn client(port: u16, token: String, url: String, jobs: usize) -> ClientRun {
     let names: Vec<String> = (0..BATCHES).map(|b| format!("b{b}")).collect();
     for round in 0..3u32 {
         let id = 100 + round;
-        let line =
-            format(&Request::Async { reqid: ReqId(id), command: AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: names.clone() } });
+        let line = format(&Request::Command {
+            reqid: ReqId(id),
+            command: GahpCommand::Boinc(AsyncCommand::QueryBatches { min_mod_time: 0.0, batches: names.clone() }),
+        });
         assert_eq!(c.command(&line), ["S"]);
         loop {
             std::thread::sleep(Duration::from_millis(100));

@@ -38,7 +38,7 @@ mod floor;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gahp_protocol::gahp::{AsyncCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
+use gahp_protocol::gahp::{AsyncCommand, Command, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, ReqId, Request, SubmitBatch};
 use gahp_protocol::Authenticator;
 use gahp_testkit::GahpClient;
 
@@ -59,7 +59,7 @@ fn env_or(name: &str, default: &str) -> String {
 }
 
 fn cmd(id: u32, c: AsyncCommand) -> Request {
-    Request::Async { reqid: ReqId(id), command: c }
+    Request::Command { reqid: ReqId(id), command: Command::Boinc(c) }
 }
 
 /// One daemon under test.

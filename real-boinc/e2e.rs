@@ -33,7 +33,7 @@ mod quorum;
 use common::*;
 use gahp_protocol::classad::{format_args_v2, ClassAd, Value};
 use gahp_protocol::gahp::sequence_commands::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
-use gahp_protocol::gahp::BlahCommand;
+use gahp_protocol::gahp::{BlahCommand, Command as GahpCommand};
 #[path = "boinc_client.rs"]
 mod boinc_client;
 use boinc_client::{BoincClient, Nudger};
@@ -297,7 +297,7 @@ fn boinc_submit_arguments_reach_the_app_exactly() {
 use gahp_testkit::blah_job_ad as job_ad;
 
 fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
-    g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, Duration::from_secs(300)).unwrap()
+    g.call(|reqid| Request::Command { reqid: ReqId(reqid), command: GahpCommand::Blah(command) }, Duration::from_secs(300)).unwrap()
 }
 
 /// Polls BLAH_JOB_STATUS until the job is completed (4), removed (3) or
@@ -412,7 +412,7 @@ fn inputs_near_and_over_phps_upload_limit() {
 }
 
 fn seq(g: &mut GahpClient, command: SequenceCommand) -> Vec<String> {
-    g.call(|id| Request::Sequence { reqid: ReqId(id), command }, Duration::from_secs(300)).unwrap()
+    g.call(|id| Request::Command { reqid: ReqId(id), command: GahpCommand::Sequence(command) }, Duration::from_secs(300)).unwrap()
 }
 
 /// Queries the sequence until `done(reply)`, nudging the client; the last

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use gahp_protocol::gahp::{AsyncCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, Request, SubmitBatch};
+use gahp_protocol::gahp::{
+    AsyncCommand, Command, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, Request, SubmitBatch,
+};
 use gahp_protocol::Authenticator;
 
 use gahp_client::GahpClient;
@@ -28,7 +30,7 @@ pub struct DemoArgs {
 }
 
 fn async_cmd(reqid: u32, command: AsyncCommand) -> Request {
-    Request::Async { reqid: ReqId(reqid), command }
+    Request::Command { reqid: ReqId(reqid), command: Command::Boinc(command) }
 }
 
 pub fn run(args: DemoArgs) -> Result<(), String> {

@@ -1,8 +1,7 @@
-//! BlahJobs: the `BLAH_*` front end (`grid_resource = batch boinc`). Like
-//! `Registry` for the BOINC_* commands, it is the edge where each accepted
-//! request becomes exactly one result in the ResultQueue, shaped as its
-//! command's result must be (submit 4 fields, status 5, the rest 3), also
-//! when a project's actor dies or the work hangs.
+//! BlahJobs: the `BLAH_*` front end (`grid_resource = batch boinc`). The
+//! one dispatch (the session's) hands it each accepted `BLAH_*` command
+//! and makes its answer the request's one result (shaped as its command's
+//! result must be, also when a project's actor dies or the work hangs).
 //!
 //! It decides which attempt a submit is (the state database remembers each
 //! `JobDirectory`'s attempts), finds the project of a job id (the config's,
@@ -21,8 +20,8 @@ use actix::prelude::*;
 use futures_util::future::LocalBoxFuture;
 use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
-use gahp_protocol::gahp::{BlahCommand, BlahResult, CommandResult, ReqId};
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use gahp_protocol::gahp::{BlahCommand, BlahResult};
+use tokio::sync::oneshot;
 
 use crate::job_records::{self, JobRecords};
 use crate::map::{self, JobId, MapError, UNCONFIGURED};
@@ -36,11 +35,9 @@ use gahp_broker::registry::Registry;
 use gahp_project::ProjectKey;
 use gahp_services::config::DaemonConfig;
 use gahp_services::file_stager::FileStager;
-use gahp_services::result_queue::{Complete, ResultQueue};
 
 pub struct BlahJobs {
     config: Arc<DaemonConfig>,
-    queue: Addr<ResultQueue>,
     projects: Addr<Registry>,
     stager: Addr<FileStager>,
     store: JobRecords,
@@ -59,7 +56,6 @@ pub struct BlahJobs {
 impl BlahJobs {
     pub fn new(
         config: Arc<DaemonConfig>,
-        queue: Addr<ResultQueue>,
         projects: Addr<Registry>,
         stager: Addr<FileStager>,
         store: JobRecords,
@@ -67,7 +63,6 @@ impl BlahJobs {
     ) -> Self {
         BlahJobs {
             config,
-            queue,
             projects,
             stager,
             store,
@@ -307,7 +302,7 @@ fn prune_period(retention: Duration) -> Duration {
 type Work = LocalBoxFuture<'static, BlahResult>;
 
 /// How many submits and statuses (those with a place, see
-/// `Session::dispatch_blah`) are between their dispatch and their result,
+/// `Session::dispatch`) are between their dispatch and their result,
 /// and the most there have been: a debug line at each new most, which tests read
 /// to see the session's pacing hold.
 #[derive(Default, Clone)]
@@ -427,53 +422,44 @@ impl Actor for BlahJobs {
     }
 }
 
-/// An accepted `BLAH_*` request.
+/// An accepted `BLAH_*` command, from the one dispatch (which makes its
+/// answer the request's result, whatever happens to it).
 #[derive(Message)]
-#[rtype(result = "()")]
-pub struct BlahDispatch {
-    pub reqid: ReqId,
+#[rtype(result = "BlahResult")]
+pub struct RunBlah {
     pub command: BlahCommand,
-    /// A submit's or status's place among those in progress (see
-    /// `Session::dispatch_blah`), given back once its result is queued.
-    pub place: Option<OwnedSemaphorePermit>,
+    /// It holds a place among those in progress (see the session's
+    /// pacing): counted while it runs.
+    pub paced: bool,
 }
 
-impl Handler<BlahDispatch> for BlahJobs {
-    type Result = ();
+impl Handler<RunBlah> for BlahJobs {
+    type Result = ResponseFuture<BlahResult>;
 
-    fn handle(&mut self, msg: BlahDispatch, ctx: &mut Context<Self>) {
-        let BlahDispatch { reqid, command, place } = msg;
-        // The project actors bound their own work; this is the net under
-        // it, so that a result comes even if something hangs.
-        let limit = self.config.command_timeout + Duration::from_secs(15);
-        // Who retires the batch once its final status is queued.
-        let retire = match &command {
-            BlahCommand::JobStatus { job_id } => JobId::parse(job_id).and_then(|id| Some((self.running.get(&id.project)?.clone(), id))),
-            _ => None,
-        };
+    fn handle(&mut self, RunBlah { command, paced }: RunBlah, ctx: &mut Context<Self>) -> Self::Result {
+        // The command (a submit's parsed ad is about 1 KB) is not kept by
+        // the work: 100,000 submits may wait for the state database.
         let work = self.work(&command, ctx);
-        let work = self.waiting.count(place.is_some(), work);
-        // The task keeps only the command's kind, for a failure's shape: a
-        // submit's parsed ad is about 1 KB, held by each of 100,000
-        // submits waiting for the state database.
-        let command = match command {
-            BlahCommand::JobSubmit { .. } => BlahCommand::JobSubmit { ad: ClassAd::default() },
-            other => other,
-        };
-        let queue = self.queue.clone();
-        // A task of its own, not a future in this actor's context (which
-        // actix polls whenever any of them wakes: O(in flight) each).
-        actix_rt::spawn(async move {
-            let result = tokio::time::timeout(limit, work)
-                .await
-                .unwrap_or_else(|_| command.failure(format!("{} timed out after {} s", command.code(), limit.as_secs())));
-            let ended = matches!(result, BlahResult::Status { code: 0, status: job_status::REMOVED | job_status::COMPLETED, .. });
-            queue.do_send(Complete { reqid, result: CommandResult::Blah(result) });
-            drop(place);
-            if let Some((project, id)) = retire.filter(|_| ended) {
+        self.waiting.count(paced, work)
+    }
+}
+
+/// A job's final status was queued for the gridmanager: its project may
+/// retire the job's batch now.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct FinalStatusQueued {
+    pub job_id: String,
+}
+
+impl Handler<FinalStatusQueued> for BlahJobs {
+    type Result = ();
+    fn handle(&mut self, msg: FinalStatusQueued, _: &mut Context<Self>) {
+        if let Some(id) = JobId::parse(&msg.job_id) {
+            if let Some(project) = self.running.get(&id.project) {
                 project.do_send(Delivered { id });
             }
-        });
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The projects: `registry` (Registry: one ProjectTree and one
-//! SequenceRelocator per URL and authenticator, where a `BOINC_*` or
-//! `BOINC_SEQUENCE_*` command on one project runs), and the broker: a pool
+//! SequenceRelocator per URL and authenticator, which it hands to whoever
+//! runs a `BOINC_*` or `BOINC_SEQUENCE_*` command on one project), and the broker: a pool
 //! of BOINC projects selected as one
 //! (`BOINC_SELECT_PROJECT pool:<path> -`). Each batch is matched with
 //! ClassAds (two-sided Requirements and Rank, as in Condor-G's matchmaking
@@ -9,7 +9,7 @@
 //! the durable batch -> project route.
 //!
 //! ```text
-//! Session ──PoolDispatch──▶ pools::Pools ──Run──▶ gahp_project::tree::ProjectTree (one per project, as always)
+//! Dispatch ──RunOnPool──▶ pools::Pools ──Run──▶ gahp_project::tree::ProjectTree (one per project, as always)
 //!                             ├─ project_ads::ProjectAds     (per pool: the project ads, refreshed)
 //!                             ├─ data_overlap::DataOverlap   (per pool: boinc_data_overlap, cached)
 //!                             ├─ rank_functions::RankFunctions (per pool: external rank functions, cached)
@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+mod commands;
 pub mod data_overlap;
 pub mod matchmaker;
 pub mod pool;

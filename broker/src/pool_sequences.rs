@@ -12,17 +12,16 @@ use std::path::PathBuf;
 
 use actix::prelude::*;
 use gahp_protocol::gahp::sequence_commands::{SequenceCommand, SequenceResult};
-use gahp_protocol::gahp::ReqId;
+use gahp_protocol::gahp::CommandResult;
 
 use crate::pool::Pool;
 use crate::pools::{Broker, Pools, Wanted};
 use crate::registry::SequencesOf;
 use crate::{sequence_holder, tree_of};
 use gahp_project::ProjectKey;
-use gahp_sequences::command::{encoded, execute};
+use gahp_sequences::commands;
 use gahp_sequences::relocator::{NextProject, SequenceHolder, SequenceRelocator};
 use gahp_sequences::store::SequenceStore;
-use gahp_services::result_queue::Complete;
 
 impl Pools {
     /// Starts the trees of the pool's projects that hold its unfinished
@@ -45,51 +44,6 @@ impl Pools {
 
     pub(super) fn store_of(&self, key: &ProjectKey) -> SequenceStore {
         SequenceStore::new(self.db.clone(), &self.config.state_dir, &key.url, &key.account())
-    }
-}
-
-/// An accepted `BOINC_SEQUENCE_*` command for the pool selected when it
-/// arrived.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct PoolDispatchSequence {
-    pub reqid: ReqId,
-    pub pool: PathBuf,
-    pub command: SequenceCommand,
-}
-
-impl Handler<PoolDispatchSequence> for Pools {
-    type Result = ();
-
-    fn handle(&mut self, msg: PoolDispatchSequence, _: &mut Context<Self>) {
-        let PoolDispatchSequence { reqid, pool, command } = msg;
-        let queue = self.queue.clone();
-        let broker = match self.broker(&pool) {
-            Ok(b) => b,
-            Err(e) => {
-                let result = SequenceResult::Error(format!("{} failed: {e}", command.code()));
-                queue.do_send(Complete { reqid, result: encoded(reqid, &result) });
-                return;
-            }
-        };
-        let stores = self.stores(&broker);
-        actix_rt::spawn(async move {
-            let code = command.code();
-            let work = actix_rt::spawn(async move {
-                let result = broker.sequence(command, stores).await;
-                // Rendered at the edge: no authenticator of the pool leaks.
-                match result {
-                    SequenceResult::Error(e) => {
-                        SequenceResult::Error(broker.pool().projects.iter().fold(e, |e, p| p.key.authenticator.redact_in(&e)))
-                    }
-                    other => other,
-                }
-            });
-            let result = work.await.unwrap_or_else(|_| {
-                SequenceResult::Error(format!("{code} failed: internal error in the broker; it may not have completed"))
-            });
-            queue.do_send(Complete { reqid, result: encoded(reqid, &result) });
-        });
     }
 }
 
@@ -147,6 +101,18 @@ impl Broker {
         self.projects.send(SequencesOf(self.pool().projects[p].key.clone())).await.ok()
     }
 
+    /// A `BOINC_SEQUENCE_*` command on the pool, as its result: no
+    /// authenticator of the pool's projects in it.
+    pub(super) async fn run_sequence(self, command: SequenceCommand, stores: Vec<SequenceStore>) -> CommandResult {
+        let result = match self.sequence(command, stores).await {
+            SequenceResult::Error(e) => {
+                SequenceResult::Error(self.pool().projects.iter().fold(e, |e, p| p.key.authenticator.redact_in(&e)))
+            }
+            other => other,
+        };
+        result.into_result()
+    }
+
     /// A `BOINC_SEQUENCE_*` command on the pool: a create that names a new
     /// sequence is placed; everything else goes where the sequence is.
     async fn sequence(&self, command: SequenceCommand, stores: Vec<SequenceStore>) -> SequenceResult {
@@ -169,7 +135,7 @@ impl Broker {
             (None, _) => return SequenceResult::Error(format!("{code} failed: no sequence named {} in the pool", command.name())),
         };
         match self.relocator(p).await {
-            Some(relocator) => execute(relocator, command, Some(id)).await,
+            Some(relocator) => commands::run(relocator, command, Some(id)).await,
             None => SequenceResult::Error(format!("{code} failed: internal error (no project tree)")),
         }
     }

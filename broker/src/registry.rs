@@ -1,30 +1,23 @@
 //! Registry: the credential registry. Each (project URL, authenticator) gets
 //! its own `ProjectTree` and, beside it on the same HTTP client, its own
-//! `SequenceRelocator`, created on first use. This is also the edge where
-//! every accepted request is turned into exactly one result: whatever happens
-//! to the tree (an error, a panic that kills it, a timeout), `Complete` is
-//! sent once for the request id.
+//! `SequenceRelocator`, created on first use; a tree that died is
+//! replaced on the next ask. Whoever runs a command on a project asks it
+//! for them (`TreeOf`, `SequencesOf`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use actix::prelude::*;
-use gahp_protocol::gahp::sequence_commands::{SequenceCommand, SequenceResult};
-use gahp_protocol::gahp::{AsyncCommand, CommandResult, ReqId};
-
 use gahp_project::rpc::RpcClient;
-use gahp_project::tree::{ProjectTree, Run};
+use gahp_project::tree::ProjectTree;
 use gahp_project::ProjectKey;
-use gahp_sequences::command::{encoded, execute};
 use gahp_sequences::relocator::{PoolLink, SequenceRelocator};
 use gahp_services::config::DaemonConfig;
 use gahp_services::file_stager::FileStager;
-use gahp_services::result_queue::{Complete, ResultQueue};
 use gahp_services::state_db::StateDb;
 
 pub struct Registry {
     config: Arc<DaemonConfig>,
-    queue: Addr<ResultQueue>,
     stager: Addr<FileStager>,
     db: StateDb,
     trees: HashMap<ProjectKey, Account>,
@@ -39,8 +32,8 @@ struct Account {
 }
 
 impl Registry {
-    pub fn new(config: Arc<DaemonConfig>, queue: Addr<ResultQueue>, stager: Addr<FileStager>, db: StateDb) -> Self {
-        Registry { config, queue, stager, db, trees: HashMap::new(), pools: None }
+    pub fn new(config: Arc<DaemonConfig>, stager: Addr<FileStager>, db: StateDb) -> Self {
+        Registry { config, stager, db, trees: HashMap::new(), pools: None }
     }
 
     /// The project's tree and sequences; a tree that died (a panic) is
@@ -87,81 +80,6 @@ impl Handler<SetPools> for Registry {
     type Result = ();
     fn handle(&mut self, msg: SetPools, _: &mut Context<Self>) {
         self.pools = Some(msg.0);
-    }
-}
-
-/// An accepted asynchronous command, bound to the project selected when its
-/// line was read (`None`: nothing was selected yet).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Dispatch {
-    pub reqid: ReqId,
-    pub project: Option<ProjectKey>,
-    pub command: AsyncCommand,
-}
-
-impl Handler<Dispatch> for Registry {
-    type Result = ();
-
-    fn handle(&mut self, msg: Dispatch, _: &mut Context<Self>) {
-        let Dispatch { reqid, project, command } = msg;
-        let queue = self.queue.clone();
-        let Some(key) = project else {
-            queue.do_send(Complete { reqid, result: CommandResult::Error("no project selected".into()) });
-            return;
-        };
-        let tree = self.tree(&key);
-        let code = command.code();
-        // The tree bounds its own work by command_timeout; this is the net
-        // under it, so that a result comes even if something hangs.
-        let limit = self.config.command_timeout + std::time::Duration::from_secs(15);
-        // A task of its own, not a future in this actor's context: actix
-        // polls every future of a context whenever one of them wakes, which
-        // made each new request cost O(requests in flight).
-        actix_rt::spawn(async move {
-            let result = match tokio::time::timeout(limit, tree.send(Run { command })).await {
-                Ok(Ok(result)) => result,
-                Ok(Err(_)) => CommandResult::Error(format!(
-                    "{code} failed: internal error (the project's worker stopped); the command may not have completed"
-                )),
-                Err(_) => CommandResult::Error(format!("{code} timed out after {} s", limit.as_secs())),
-            };
-            queue.do_send(Complete { reqid, result });
-        });
-    }
-}
-
-/// An accepted `BOINC_SEQUENCE_*` command, bound like [`Dispatch`]; run on
-/// the project's SequenceRelocator.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct DispatchSequence {
-    pub reqid: ReqId,
-    pub project: Option<ProjectKey>,
-    pub command: SequenceCommand,
-}
-
-impl Handler<DispatchSequence> for Registry {
-    type Result = ();
-
-    fn handle(&mut self, msg: DispatchSequence, _: &mut Context<Self>) {
-        let DispatchSequence { reqid, project, command } = msg;
-        let queue = self.queue.clone();
-        let Some(key) = project else {
-            let msg = "no project selected";
-            queue.do_send(Complete { reqid, result: CommandResult::Error(msg.into()) });
-            return;
-        };
-        let relocator = self.account(&key).sequences.clone();
-        let auth = key.authenticator;
-        actix_rt::spawn(async move {
-            let result = execute(relocator, command, None).await;
-            let result = match result {
-                SequenceResult::Error(msg) => SequenceResult::Error(auth.redact_in(&msg)),
-                other => other,
-            };
-            queue.do_send(Complete { reqid, result: encoded(reqid, &result) });
-        });
     }
 }
 

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::sequence_commands::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
 use gahp_protocol::gahp::{
-    AsyncCommand, BlahCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, Request, SubmitBatch,
+    AsyncCommand, BlahCommand, Command, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, Request, SubmitBatch,
 };
 use gahp_protocol::Authenticator;
 use gahp_testkit::GahpClient;
@@ -244,7 +244,7 @@ impl Run<'_> {
     /// Sends a BOINC_* command; the return line must be `S`.
     fn send(&mut self, command: AsyncCommand) -> Result<u32, String> {
         let id = self.reqid();
-        self.g.submit_async(&Request::Async { reqid: ReqId(id), command }).map_err(io_err)?;
+        self.g.submit_async(&Request::Command { reqid: ReqId(id), command: Command::Boinc(command) }).map_err(io_err)?;
         Ok(id)
     }
 

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::{
-    AsyncCommand, BlahCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, Request, SubmitBatch,
+    AsyncCommand, BlahCommand, Command, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ReqId, Request, SubmitBatch,
 };
 use gahp_protocol::Authenticator;
 use gahp_testkit::{GahpClient, SimProcess};
@@ -356,9 +356,9 @@ impl Soak<'_> {
                 let since = running.iter().map(|(_, s)| *s).fold(f64::INFINITY, f64::min);
                 let names: Vec<String> = running.iter().map(|(n, _)| (*n).clone()).collect();
                 let id = self.reqid();
-                let req = Request::Async {
+                let req = Request::Command {
                     reqid: ReqId(id),
-                    command: AsyncCommand::QueryBatches { min_mod_time: since, batches: names.clone() },
+                    command: Command::Boinc(AsyncCommand::QueryBatches { min_mod_time: since, batches: names.clone() }),
                 };
                 self.send(req, Pending::Query(names))?;
             }
@@ -374,7 +374,10 @@ impl Soak<'_> {
                 None => continue,
             };
             let id = self.reqid();
-            self.send(Request::Blah { reqid: ReqId(id), command: BlahCommand::JobStatus { job_id } }, Pending::BlahStatus(k))?;
+            self.send(
+                Request::Command { reqid: ReqId(id), command: Command::Blah(BlahCommand::JobStatus { job_id }) },
+                Pending::BlahStatus(k),
+            )?;
         }
         for mut line in self.g.results().map_err(io_err)? {
             let id: u32 = line.first().and_then(|i| i.parse().ok()).ok_or_else(|| format!("bad result line {line:?}"))?;
@@ -418,7 +421,10 @@ impl Soak<'_> {
         let req = b.req.clone();
         let id = self.reqid();
         self.c.submits += 1;
-        self.send(Request::Async { reqid: ReqId(id), command: AsyncCommand::Submit(req) }, Pending::Submit(name.to_string()))
+        self.send(
+            Request::Command { reqid: ReqId(id), command: Command::Boinc(AsyncCommand::Submit(req)) },
+            Pending::Submit(name.to_string()),
+        )
     }
 
     fn new_blah(&mut self) -> Result<(), String> {
@@ -433,7 +439,7 @@ impl Soak<'_> {
         self.blah.insert(k, BlahJob { iwd, id: None, next_poll: Instant::now(), polling: false });
         let id = self.reqid();
         self.c.blah_submits += 1;
-        self.send(Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }, Pending::BlahSubmit(k))
+        self.send(Request::Command { reqid: ReqId(id), command: Command::Blah(BlahCommand::JobSubmit { ad }) }, Pending::BlahSubmit(k))
     }
 
     fn fetch(&mut self, batch: &str, job: &str, attempt: u32) -> Result<(), String> {
@@ -448,7 +454,7 @@ impl Soak<'_> {
         let id = self.reqid();
         self.c.fetches += 1;
         self.send(
-            Request::Async { reqid: ReqId(id), command: AsyncCommand::FetchOutput(fetch) },
+            Request::Command { reqid: ReqId(id), command: Command::Boinc(AsyncCommand::FetchOutput(fetch)) },
             Pending::Fetch(batch.to_string(), job.to_string(), attempt),
         )
     }
@@ -460,7 +466,7 @@ impl Soak<'_> {
         let id = self.reqid();
         self.c.retires += 1;
         self.send(
-            Request::Async { reqid: ReqId(id), command: AsyncCommand::RetireBatch { batch: name.to_string() } },
+            Request::Command { reqid: ReqId(id), command: Command::Boinc(AsyncCommand::RetireBatch { batch: name.to_string() }) },
             Pending::Retire(name.to_string()),
         )
     }
@@ -665,7 +671,9 @@ impl Soak<'_> {
 
 fn reqid_of(req: &Request) -> Option<u32> {
     match req {
-        Request::Async { reqid, .. } | Request::Blah { reqid, .. } | Request::Sequence { reqid, .. } => Some(reqid.0),
+        Request::Command { reqid, command: Command::Boinc(_), .. }
+        | Request::Command { reqid, command: Command::Blah(_), .. }
+        | Request::Command { reqid, command: Command::Sequence(_), .. } => Some(reqid.0),
         _ => None,
     }
 }

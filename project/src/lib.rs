@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch_monitor;
+pub mod commands;
 pub mod key;
 pub mod measures;
 pub mod output_fetcher;

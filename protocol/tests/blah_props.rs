@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use gahp_protocol::classad::{format_args_v2, format_env_v2, parse_args_v1, parse_args_v2, parse_env_v2, ClassAd, Value};
 use gahp_protocol::gahp::escape::{join_args, split_args};
 use gahp_protocol::gahp::request::{format, parse};
-use gahp_protocol::gahp::{BlahCommand, BlahResult, ReqId, Request};
+use gahp_protocol::gahp::{BlahCommand, BlahResult, Command, ReqId, Request};
 
 // ---- ClassAds ------------------------------------------------------------
 
@@ -209,7 +209,7 @@ fn plausible_blah_line() -> impl Strategy<Value = Vec<u8>> {
 proptest! {
     #[test]
     fn blah_format_is_the_inverse_of_parse(reqid in 1u32.., command in command()) {
-        let request = Request::Blah { reqid: ReqId(reqid), command };
+        let request = Request::Command { reqid: ReqId(reqid), command: Command::Blah(command) };
         prop_assert_eq!(parse(&format(&request)), Ok(request));
     }
 

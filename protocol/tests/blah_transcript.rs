@@ -9,7 +9,7 @@ use gahp_protocol::classad::{parse_args_v2, parse_env_v2, ClassAd, Value};
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::escape::split_args;
 use gahp_protocol::gahp::request::{format, parse};
-use gahp_protocol::gahp::{BlahCommand, BlahResult, CommandResult, ParseError, ReqId, Request};
+use gahp_protocol::gahp::{BlahCommand, BlahResult, Command, CommandResult, ParseError, ReqId, Request};
 
 /// Every request line the gridmanager sent in the recorded conversations.
 const REQUESTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../captures/blah-gridmanager-requests.txt");
@@ -22,7 +22,7 @@ const SUBMIT_2: &str = r#"BLAH_JOB_SUBMIT 4 [\ In\ =\ "/dev/null";\ Cmd\ =\ "/bi
 
 fn blah(line: &str) -> (ReqId, BlahCommand) {
     match parse(line.as_bytes()) {
-        Ok(Request::Blah { reqid, command }) => (reqid, command),
+        Ok(Request::Command { reqid, command: Command::Blah(command) }) => (reqid, command),
         other => panic!("{line}: {other:?}"),
     }
 }
@@ -212,7 +212,7 @@ fn every_request_line_the_gridmanager_sent() {
     let mut blah_lines = 0;
     for line in &lines {
         let request = parse(line.as_bytes()).unwrap_or_else(|e| panic!("{line}: {e}"));
-        if matches!(request, Request::Blah { .. }) {
+        if matches!(request, Request::Command { command: Command::Blah(_), .. }) {
             blah_lines += 1;
         }
         assert_eq!(String::from_utf8(format(&request)).unwrap(), *line);

@@ -12,8 +12,8 @@ use proptest::prelude::*;
 use gahp_protocol::gahp::escape::{join_args, split_args};
 use gahp_protocol::gahp::request::{format, parse};
 use gahp_protocol::gahp::{
-    AsyncCommand, CommandResult, FetchMode, FetchOutput, Frame, InputFile, JobParams, JobSpec, LineFramer, OutputSpec, ParamValue, ReqId,
-    Request, SubmitBatch,
+    AsyncCommand, Command, CommandResult, FetchMode, FetchOutput, Frame, InputFile, JobParams, JobSpec, LineFramer, OutputSpec, ParamValue,
+    ReqId, Request, SubmitBatch,
 };
 use gahp_protocol::Authenticator;
 
@@ -351,7 +351,7 @@ fn request() -> impl Strategy<Value = Request> {
         Just(Request::AsyncModeOff),
         prop::collection::vec(any::<u8>(), 0..10).prop_map(Request::ResponsePrefix),
         (name(), name()).prop_map(|(url, a)| Request::SelectProject { url, authenticator: Authenticator::new(a) }),
-        (1u32.., async_command()).prop_map(|(id, command)| Request::Async { reqid: ReqId(id), command }),
+        (1u32.., async_command()).prop_map(|(id, command)| Request::Command { reqid: ReqId(id), command: Command::Boinc(command) }),
     ]
 }
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use gahp_protocol::gahp::escape::split_args;
 use gahp_protocol::gahp::request::{format, parse};
-use gahp_protocol::gahp::{AsyncCommand, CommandResult, Frame, LineFramer, ParseError, ReqId, Request, ReturnLine, COMMANDS};
+use gahp_protocol::gahp::{AsyncCommand, Command, CommandResult, Frame, LineFramer, ParseError, ReqId, Request, ReturnLine, COMMANDS};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../captures/real-boinc");
 
@@ -89,7 +89,7 @@ fn every_request_line_of_the_main_transcript_parses() {
 #[test]
 fn specific_requests_of_the_main_transcript() {
     let r = parse(b"BOINC_SUBMIT 2 gbatch_091246 uppercase 2 gjob_091246_a 0 1 /home/condor/work/inputs/in1.txt in gjob_091246_b 2 -cpu_time 1 1 /home/condor/work/inputs/in2.txt in").unwrap();
-    let Request::Async { reqid: ReqId(2), command: AsyncCommand::Submit(batch) } = r else { panic!("{r:?}") };
+    let Request::Command { reqid: ReqId(2), command: Command::Boinc(AsyncCommand::Submit(batch)) } = r else { panic!("{r:?}") };
     assert_eq!(batch.jobs.len(), 2);
     assert!(batch.jobs[0].args.is_empty());
     assert_eq!(batch.jobs[1].args, vec!["-cpu_time", "1"]);
@@ -98,9 +98,9 @@ fn specific_requests_of_the_main_transcript() {
     let r = parse(b"BOINC_QUERY_BATCHES 33 1795252367 1 gbatch_091246").unwrap();
     assert_eq!(
         r,
-        Request::Async {
+        Request::Command {
             reqid: ReqId(33),
-            command: AsyncCommand::QueryBatches { min_mod_time: 1795252367.0, batches: vec!["gbatch_091246".into()] }
+            command: Command::Boinc(AsyncCommand::QueryBatches { min_mod_time: 1795252367.0, batches: vec!["gbatch_091246".into()] })
         }
     );
 }
@@ -149,7 +149,7 @@ fn our_encoders_write_what_the_reference_wrote() {
         for entry in read_transcript(&name) {
             match entry {
                 Entry::Sent(line) => match parse(line.as_bytes()) {
-                    Ok(Request::Async { reqid, command }) => {
+                    Ok(Request::Command { reqid, command: Command::Boinc(command) }) => {
                         requests.insert(reqid.0, command);
                     }
                     Ok(_) => {}
@@ -231,7 +231,7 @@ fn a_hundred_thousand_job_submit_parses() {
     let parsed = start.elapsed();
     println!("{jobs}-job BOINC_SUBMIT, {} bytes: framed in {framed:?}, parsed in {parsed:?}", line.len());
 
-    let Request::Async { command: AsyncCommand::Submit(batch), .. } = &request else { panic!() };
+    let Request::Command { command: Command::Boinc(AsyncCommand::Submit(batch)), .. } = &request else { panic!() };
     assert_eq!(batch.jobs.len(), jobs);
     assert_eq!(batch.jobs[99_999].args[1], "99999");
     assert_eq!(batch.jobs[5].inputs[0].src.to_str(), Some("/home/ann/my run/in5.dat"));

@@ -8,11 +8,13 @@
 //! * `relocator`: the SequenceRelocator actor, one beside each project
 //!   tree (the registry starts both), and
 //!   its messages (the API the `BOINC_SEQUENCE_*` commands and the BLAH
-//!   front end use).
+//!   front end use);
+//! * `commands`: the `BOINC_SEQUENCE_*` commands, a file each, carried out
+//!   on a relocator.
 
 #![forbid(unsafe_code)]
 
-pub mod command;
+pub mod commands;
 pub mod decide;
 pub mod relocator;
 pub mod store;

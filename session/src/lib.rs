@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! front ends       gahp-session    session (stdin/stdout or a served client: parses lines,
-//!                                  answers at once, dispatches), runtime (the actors behind a
+//!                                  answers at once), dispatch (every command's one way down
+//!                                  to whoever answers it), runtime (the actors behind a
 //!                                  session, over one state directory), tenancy (what a client
 //!                                  of `serve` may do)
 //!                  gahp-blah       the BLAH_* front end (`grid_resource = batch boinc`)
@@ -21,17 +22,21 @@
 //!                                  metrics (and metrics_http, which serves them)
 //! ```
 //!
-//! Actors: Session ──Dispatch──▶ Registry ──Run──▶ ProjectTree (RpcClient,
-//! BatchMonitor, OutputFetcher, a SubmitPipeline per submit; beside it the
-//! project's SequenceRelocator); Session ──BlahDispatch──▶ BlahJobs ──▶
-//! ProjectJobs (on the project's tree); Session ──PoolDispatch──▶ Pools
-//! ──Run──▶ the chosen project's tree. Results go to ResultQueue as
+//! Every command takes one path: Session ──▶ `dispatch::Dispatch` (one
+//! net: a result for every request, once) ──▶ whoever answers: for a
+//! project, its ProjectTree (`Run`: RpcClient, BatchMonitor,
+//! OutputFetcher, a SubmitPipeline per submit; the tree and beside it the
+//! project's SequenceRelocator come from the Registry); for a pool, Pools
+//! (`RunOnPool`) ──Run──▶ the chosen project's tree; for a `BLAH_*`
+//! command, BlahJobs (`RunBlah`) ──▶ ProjectJobs (on the project's tree).
+//! Each answerer has a file per command. Results go to ResultQueue as
 //! `Complete`; it asks Session to write. FileStager and StateDb are shared
 //! by every project. Each actor lives in its own file (or folder) with its
 //! messages beside it.
 
 #![forbid(unsafe_code)]
 
+pub mod dispatch;
 pub mod runtime;
 pub mod session;
 pub mod tenancy;

@@ -89,11 +89,10 @@ impl Runtime {
         let OpenedState { config, db, queue } = state;
         let stager = FileStager::new(db.clone(), config.hash_threads).start();
         let queue = queue.start();
-        let projects = Registry::new(config.clone(), queue.clone(), stager.clone(), db.clone()).start();
-        let pools = Pools::new(config.clone(), queue.clone(), projects.clone(), stager.clone(), db.clone()).start();
+        let projects = Registry::new(config.clone(), stager.clone(), db.clone()).start();
+        let pools = Pools::new(config.clone(), projects.clone(), stager.clone(), db.clone()).start();
         projects.do_send(SetPools(PoolLink::to(pools.clone())));
-        let blah =
-            BlahJobs::new(config.clone(), queue.clone(), projects.clone(), stager, JobRecords::new(db, gathering)?, pools.clone()).start();
+        let blah = BlahJobs::new(config.clone(), projects.clone(), stager, JobRecords::new(db, gathering)?, pools.clone()).start();
         Ok(Runtime { config, queue, projects, pools, blah })
     }
 }

@@ -1,5 +1,5 @@
 //! Session: owns stdin and stdout. Reads request lines, answers each with its
-//! return line at once, hands asynchronous commands to `Registry`, and is the
+//! return line at once, hands every command to the one dispatch, and is the
 //! only writer of stdout (every line gets the response prefix in force when
 //! it is written).
 
@@ -9,19 +9,17 @@ use std::sync::Arc;
 use actix::prelude::*;
 use bytes::BytesMut;
 use futures_util::Stream;
-use gahp_protocol::gahp::{self, BlahCommand, Frame, LineFramer, ReqId, Request, ReturnLine};
+use gahp_protocol::gahp::{self, BlahCommand, Command, Frame, LineFramer, ReqId, Request, ReturnLine};
 use tokio::io::AsyncRead;
 use tokio::sync::Semaphore;
 use tokio_util::codec::{Decoder, FramedRead};
 
+use crate::dispatch::{Dispatch, Target};
 use crate::runtime::Runtime;
 use crate::tenancy::Tenancy;
-use gahp_blah::jobs::{BlahDispatch, BlahJobs};
 use gahp_blah::placement::placed_by_pool;
 use gahp_broker::pool::Pool;
-use gahp_broker::pool_sequences::PoolDispatchSequence;
-use gahp_broker::pools::{PoolDispatch, Pools};
-use gahp_broker::registry::{Dispatch, DispatchSequence, Registry};
+use gahp_broker::registry::Registry;
 use gahp_project::ProjectKey;
 use gahp_services::config::DaemonConfig;
 use gahp_services::result_queue::{Accept, Accepted, Drain, Notify, ResultQueue, SessionId, SetAsync, SetSession, Tail};
@@ -33,23 +31,14 @@ pub const MAX_LINE: usize = 256 << 20;
 /// `BOINC_SELECT_PROJECT pool:<path> -` selects the pool in that file.
 pub const POOL_PREFIX: &str = "pool:";
 
-/// What a served client's `BOINC_SELECT_PROJECT` selects.
-enum Selected {
-    Project(ProjectKey),
-    /// A pool file in its area.
-    Pool(std::path::PathBuf),
-}
-
 pub struct Session {
     out: Box<dyn Write>,
     prefix: Vec<u8>,
-    current: Option<ProjectKey>,
-    /// A pool selected with `BOINC_SELECT_PROJECT pool:<path> -`.
-    pool: Option<std::path::PathBuf>,
-    pools: Addr<Pools>,
+    /// The project or pool selected (`BOINC_SELECT_PROJECT`).
+    selected: Target,
     queue: Addr<ResultQueue>,
-    projects: Addr<Registry>,
-    blah: Addr<BlahJobs>,
+    /// Every command's one way down.
+    dispatch: Dispatch,
     /// A place for each `BLAH_JOB_SUBMIT` and `BLAH_JOB_STATUS` until its
     /// result is queued (`[blah] max_commands_in_progress`): with none
     /// free, nothing more is read.
@@ -144,7 +133,7 @@ impl Session {
     /// BOINC_SELECT_PROJECT of a served client: one of its projects, with
     /// the authenticator its token was given (whatever it sent), or a pool
     /// file in its area whose projects are all its own.
-    fn select_for_client(&self, url: &str) -> Result<Selected, String> {
+    fn select_for_client(&self, url: &str) -> Result<Target, String> {
         let Some(t) = &self.tenancy else { return Err("no tenancy".into()) };
         if let Some(path) = url.strip_prefix(POOL_PREFIX) {
             let path = t.path(std::path::Path::new(path)).map_err(|e| e.to_string())?;
@@ -152,7 +141,7 @@ impl Session {
             // else's is refused at once; its runtime checks it again when
             // it loads it.
             Pool::load_granted(&path, &t.projects).map_err(|e| e.to_string())?;
-            return Ok(Selected::Pool(path));
+            return Ok(Target::Pool(path));
         }
         let file = t.authenticator_file(url).map_err(|e| e.to_string())?;
         // The client learns nothing of the serving host's files: the
@@ -161,7 +150,7 @@ impl Session {
             tracing::warn!(url, "a client's project has no usable authenticator: {e}");
             format!("the authenticator of {url} can't be read on the serving host; ask its admin")
         })?;
-        Ok(Selected::Project(ProjectKey::new(url, key)))
+        Ok(Target::Project(ProjectKey::new(url, key)))
     }
 
     fn reply(&mut self, line: ReturnLine) {
@@ -196,14 +185,8 @@ impl Session {
                 self.prefix = prefix;
             }
             Request::SelectProject { url, .. } if self.tenancy.is_some() => match self.select_for_client(&url) {
-                Ok(Selected::Project(key)) => {
-                    self.pool = None;
-                    self.current = Some(key);
-                    self.reply(ReturnLine::Success);
-                }
-                Ok(Selected::Pool(path)) => {
-                    self.current = None;
-                    self.pool = Some(path);
+                Ok(selected) => {
+                    self.selected = selected;
                     self.reply(ReturnLine::Success);
                 }
                 Err(e) => {
@@ -212,35 +195,16 @@ impl Session {
                 }
             },
             Request::SelectProject { url, authenticator } => {
-                match url.strip_prefix(POOL_PREFIX) {
-                    Some(path) => {
-                        self.current = None;
-                        self.pool = Some(path.into());
-                    }
-                    None => {
-                        self.pool = None;
-                        self.current = Some(ProjectKey::new(&url, authenticator));
-                    }
-                }
+                self.selected = match url.strip_prefix(POOL_PREFIX) {
+                    Some(path) => Target::Pool(path.into()),
+                    None => Target::Project(ProjectKey::new(&url, authenticator)),
+                };
                 self.reply(ReturnLine::Success);
             }
-            Request::Async { reqid, command } => {
-                // Bind the command to the project selected now (invariant 4).
-                if let Some(pool) = self.pool.clone() {
-                    self.accept(reqid, ctx, move |act, _| act.pools.do_send(PoolDispatch { reqid, pool, command }));
-                    return;
-                }
-                let project = self.current.clone();
-                self.accept(reqid, ctx, move |act, _| act.projects.do_send(Dispatch { reqid, project, command }));
-            }
-            Request::Blah { reqid, command } => self.accept(reqid, ctx, move |act, ctx| act.dispatch_blah(reqid, command, ctx)),
-            Request::Sequence { reqid, command } => {
-                if let Some(pool) = self.pool.clone() {
-                    self.accept(reqid, ctx, move |act, _| act.pools.do_send(PoolDispatchSequence { reqid, pool, command }));
-                    return;
-                }
-                let project = self.current.clone();
-                self.accept(reqid, ctx, move |act, _| act.projects.do_send(DispatchSequence { reqid, project, command }));
+            Request::Command { reqid, command } => {
+                // Bound to what is selected now (invariant 4).
+                let to = self.selected.clone();
+                self.accept(reqid, ctx, move |act, ctx| act.dispatch(reqid, to, command, ctx));
             }
         }
     }
@@ -267,29 +231,29 @@ impl Session {
 }
 
 impl Session {
-    /// Hands a `BLAH_*` command on; a submit or a status takes a place
-    /// among those in progress. With every place taken, the session waits
-    /// for one before it reads anything more: a flood of them is paced by
-    /// the state database (each submit in progress holds its task, its ad's
-    /// text and its queued write; each status its task), the rest waits in
-    /// the gridmanager's pipe. Both wait for nothing but the database and
-    /// the status cache (never for the project), so a place frees within
-    /// milliseconds whatever else is going on, and what is behind them
-    /// (RESULTS, pings, cancels) is read then. Pings, cancels and the
-    /// submits a pool places, which may wait for the projects, take no
-    /// place.
-    fn dispatch_blah(&mut self, reqid: ReqId, command: BlahCommand, ctx: &mut Context<Self>) {
+    /// Hands an accepted command to the one dispatch. A `BLAH_*` submit
+    /// or status takes a place among those in progress first. With every
+    /// place taken, the session waits for one before it reads anything
+    /// more: a flood of them is paced by the state database (each submit in
+    /// progress holds its task, its ad's text and its queued write; each
+    /// status its task), the rest waits in the gridmanager's pipe. Both
+    /// wait for nothing but the database and the status cache (never for
+    /// the project), so a place frees within milliseconds whatever else is
+    /// going on, and what is behind them (RESULTS, pings, cancels) is read
+    /// then. Every other command, and the submits a pool places (which may
+    /// wait for the projects), takes no place.
+    fn dispatch(&mut self, reqid: ReqId, to: Target, command: Command, ctx: &mut Context<Self>) {
         let paced = match &command {
-            BlahCommand::JobSubmit { ad } => !placed_by_pool(ad, &self.blah_config.blah),
-            BlahCommand::JobStatus { .. } => true,
+            Command::Blah(BlahCommand::JobSubmit { ad }) => !placed_by_pool(ad, &self.blah_config.blah),
+            Command::Blah(BlahCommand::JobStatus { .. }) => true,
             _ => false,
         };
         if !paced {
-            self.blah.do_send(BlahDispatch { reqid, command, place: None });
+            self.dispatch.send(reqid, to, command, None);
             return;
         }
         if let Ok(place) = self.blah_places.clone().try_acquire_owned() {
-            self.blah.do_send(BlahDispatch { reqid, command, place: Some(place) });
+            self.dispatch.send(reqid, to, command, Some(place));
             return;
         }
         let places_max = self.blah_config.blah.max_commands_in_progress;
@@ -303,7 +267,7 @@ impl Session {
         // The semaphore is never closed: `None` only if that changes.
         ctx.wait(async move { places.acquire_owned().await.ok() }.into_actor(self).map(move |place, act, _| {
             act.blah_read_unplaced.0 -= 1;
-            act.blah.do_send(BlahDispatch { reqid, command, place });
+            act.dispatch.send(reqid, to, command, place);
         }));
     }
 }
@@ -451,12 +415,9 @@ impl Session {
             Session {
                 out: output,
                 prefix: Vec::new(),
-                current: initial_project,
-                pool: None,
-                pools: runtime.pools.clone(),
+                selected: initial_project.map_or(Target::Nothing, Target::Project),
                 queue: runtime.queue.clone(),
-                projects: runtime.projects.clone(),
-                blah: runtime.blah.clone(),
+                dispatch: Dispatch::new(runtime),
                 blah_places: Arc::new(Semaphore::new(runtime.config.blah.max_commands_in_progress)),
                 blah_read_unplaced: (0, 0),
                 blah_config: runtime.config.clone(),

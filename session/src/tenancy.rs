@@ -15,7 +15,7 @@ use std::path::{Component, Path, PathBuf};
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::escape::escape_into;
 use gahp_protocol::gahp::sequence_commands::SequenceCommand;
-use gahp_protocol::gahp::{AsyncCommand, BlahCommand, Request};
+use gahp_protocol::gahp::{AsyncCommand, BlahCommand, Command, Request};
 
 /// Between the client's name and each of its batch and job names.
 pub const NAME_SEPARATOR: char = '~';
@@ -68,9 +68,15 @@ impl Tenancy {
     /// client's); paths outside the area are refused.
     pub fn rewrite(&self, req: Request) -> Result<Request, Refusal> {
         Ok(match req {
-            Request::Async { reqid, command } => Request::Async { reqid, command: self.command(command)? },
-            Request::Sequence { reqid, command } => Request::Sequence { reqid, command: self.sequence(command)? },
-            Request::Blah { reqid, command } => Request::Blah { reqid, command: self.blah(command)? },
+            Request::Command { reqid, command: Command::Boinc(command) } => {
+                Request::Command { reqid, command: Command::Boinc(self.command(command)?) }
+            }
+            Request::Command { reqid, command: Command::Sequence(command) } => {
+                Request::Command { reqid, command: Command::Sequence(self.sequence(command)?) }
+            }
+            Request::Command { reqid, command: Command::Blah(command) } => {
+                Request::Command { reqid, command: Command::Blah(self.blah(command)?) }
+            }
             other => other,
         })
     }
@@ -319,21 +325,21 @@ mod tests {
     }
 
     fn submit(src: &str) -> Request {
-        Request::Async {
+        Request::Command {
             reqid: ReqId(1),
-            command: AsyncCommand::Submit(SubmitBatch {
+            command: Command::Boinc(AsyncCommand::Submit(SubmitBatch {
                 batch_name: "b1".into(),
                 app_name: "app".into(),
                 jobs: vec![JobSpec { name: "j1".into(), args: vec![], inputs: vec![InputFile { src: src.into(), dst_name: "in".into() }] }],
                 params: JobParams::default(),
-            }),
+            })),
         }
     }
 
     #[test]
     fn names_go_out_prefixed_and_come_back_bare_and_paths_land_in_the_area() {
         let t = alice();
-        let Ok(Request::Async { command: AsyncCommand::Submit(s), .. }) = t.rewrite(submit("in/x.dat")) else { panic!() };
+        let Ok(Request::Command { command: Command::Boinc(AsyncCommand::Submit(s)), .. }) = t.rewrite(submit("in/x.dat")) else { panic!() };
         assert_eq!((s.batch_name.as_str(), s.jobs[0].name.as_str()), ("alice~b1", "alice~j1"));
         assert_eq!(s.jobs[0].inputs[0].src, Path::new("/srv/clients/alice/files/in/x.dat"));
         assert_eq!(t.unname(b"1 NULL alice~j1 DONE alice~j2 ERROR"), b"1 NULL j1 DONE j2 ERROR");
@@ -390,7 +396,7 @@ mod tests {
     fn a_sequence_is_named_for_its_client_and_reads_and_writes_in_its_area() {
         use gahp_protocol::gahp::sequence_commands::{CreateSequence, FetchSequence, StepSelector};
         let t = alice();
-        let seq = |command| Request::Sequence { reqid: ReqId(4), command };
+        let seq = |command| Request::Command { reqid: ReqId(4), command: Command::Sequence(command) };
         let create = |state: &str, input: &str| {
             seq(SequenceCommand::Create(CreateSequence {
                 name: "md".into(),
@@ -404,7 +410,10 @@ mod tests {
                 inputs: vec![InputFile { src: input.into(), dst_name: "params".into() }],
             }))
         };
-        let Ok(Request::Sequence { command: SequenceCommand::Create(c), .. }) = t.rewrite(create("s0", "run/params")) else { panic!() };
+        let Ok(Request::Command { command: Command::Sequence(SequenceCommand::Create(c)), .. }) = t.rewrite(create("s0", "run/params"))
+        else {
+            panic!()
+        };
         assert_eq!(c.name, "alice~md");
         assert_eq!(c.state_files[0].src, Path::new("/srv/clients/alice/files/s0"));
         assert_eq!(c.inputs[0].src, Path::new("/srv/clients/alice/files/run/params"));
@@ -412,7 +421,7 @@ mod tests {
         assert_eq!(t.rewrite(create("s0", "../bob/files/p")), Err(Refusal::Path("../bob/files/p".into())));
         let fetch =
             |dir: &str| seq(SequenceCommand::Fetch(FetchSequence { name: "md".into(), step: StepSelector::Latest, dir: dir.into() }));
-        let Ok(Request::Sequence { command: SequenceCommand::Fetch(f), .. }) = t.rewrite(fetch("out")) else { panic!() };
+        let Ok(Request::Command { command: Command::Sequence(SequenceCommand::Fetch(f)), .. }) = t.rewrite(fetch("out")) else { panic!() };
         assert_eq!((f.name.as_str(), f.dir.as_path()), ("alice~md", Path::new("/srv/clients/alice/files/out")));
         assert!(t.rewrite(fetch("/tmp")).is_err());
         for (command, want) in [
@@ -431,15 +440,15 @@ mod tests {
         for bad in ["/etc/passwd", "../bob/files/x", "a/../../x", ""] {
             assert_eq!(t.rewrite(submit(bad)), Err(Refusal::Path(bad.into())), "{bad}");
         }
-        let fetch = |dir: &str, dst: &str| Request::Async {
+        let fetch = |dir: &str, dst: &str| Request::Command {
             reqid: ReqId(2),
-            command: AsyncCommand::FetchOutput(FetchOutput {
+            command: Command::Boinc(AsyncCommand::FetchOutput(FetchOutput {
                 job_name: "j1".into(),
                 dir: dir.into(),
                 stderr_file: "err".into(),
                 mode: FetchMode::Some,
                 specs: vec![OutputSpec { src: "out".into(), dst: dst.into() }],
-            }),
+            })),
         };
         assert!(t.rewrite(fetch("out", "o.txt")).is_ok());
         assert!(t.rewrite(fetch("out", "/dev/null")).is_err(), "a rename over /dev/null");
@@ -447,10 +456,10 @@ mod tests {
         assert!(t.rewrite(fetch("out", "/home/x/.ssh/authorized_keys")).is_err());
         assert_eq!(t.authenticator_file("http://127.0.0.1:1/p"), Ok(Path::new("/etc/a.auth")));
         assert!(t.authenticator_file("http://127.0.0.1:1/other/").is_err());
-        let blah = |command| Request::Blah { reqid: ReqId(3), command };
+        let blah = |command| Request::Command { reqid: ReqId(3), command: Command::Blah(command) };
         assert!(t.rewrite(blah(BlahCommand::Ping { batch_type: "boinc".into() })).is_ok());
         let status = |id: &str| match t.rewrite(blah(BlahCommand::JobStatus { job_id: id.into() })) {
-            Ok(Request::Blah { command: BlahCommand::JobStatus { job_id }, .. }) => job_id,
+            Ok(Request::Command { command: Command::Blah(BlahCommand::JobStatus { job_id }), .. }) => job_id,
             other => panic!("{other:?}"),
         };
         assert_eq!(status("boinc/0123456789ab/blah#d#1"), "boinc/0123456789ab/alice~blah#d#1");
@@ -464,7 +473,7 @@ mod tests {
             }
             t.rewrite(blah(BlahCommand::JobSubmit { ad }))
         };
-        let Ok(Request::Blah { command: BlahCommand::JobSubmit { ad }, .. }) =
+        let Ok(Request::Command { command: Command::Blah(BlahCommand::JobSubmit { ad }), .. }) =
             submit(&[("TransferInput", "in/0/a, b"), ("Out", "/dev/null")])
         else {
             panic!()
@@ -485,7 +494,7 @@ mod tests {
         // like any; the job is taken (its sequence is named by the runtime).
         let seq = |input: &str| {
             submit(&[("TransferInput", input), (gahp_blah::sequence_ad::STEPS, "3"), ("BoincStateFiles", "state")]).map(|r| match r {
-                Request::Blah { command: BlahCommand::JobSubmit { ad }, .. } => ad,
+                Request::Command { command: Command::Blah(BlahCommand::JobSubmit { ad }), .. } => ad,
                 other => panic!("{other:?}"),
             })
         };

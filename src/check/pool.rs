@@ -13,7 +13,6 @@ use gahp_broker::project_ads::{CurrentAds, ProjectAds};
 use gahp_broker::rank_functions::ad_json;
 use gahp_broker::registry::Registry;
 use gahp_services::file_stager::FileStager;
-use gahp_services::result_queue::ResultQueue;
 use gahp_services::state_db::StateDb;
 use gahp_services::DaemonConfig;
 use serde_json::json;
@@ -50,8 +49,7 @@ pub async fn check(config: &DaemonConfig, path: &Path, app: Option<&str>, timeou
         }
     };
     let stager = FileStager::new(db.clone(), 1).start();
-    let queue = ResultQueue::default().start();
-    let projects = Registry::new(Arc::new(config.clone()), queue, stager, db).start();
+    let projects = Registry::new(Arc::new(config.clone()), stager, db).start();
     let pool = Arc::new(pool);
     let ads = ProjectAds::new(pool.clone(), projects).start();
     let asked =

@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use gahp_protocol::gahp::escape::{join_args, split_args};
-use gahp_protocol::gahp::{self, AsyncCommand, Frame, Request};
+use gahp_protocol::gahp::{self, AsyncCommand, Command, Frame, Request};
 use gahp_session::session::GahpDecoder;
 use gahp_session::tenancy::Tenancy;
 use sha2::{Digest, Sha256};
@@ -498,7 +498,7 @@ impl Area {
 
     fn observe(&self, line: &[u8]) {
         let done = match gahp::request::parse(line) {
-            Ok(Request::Async { command: AsyncCommand::Submit(s), .. }) => {
+            Ok(Request::Command { command: Command::Boinc(AsyncCommand::Submit(s)), .. }) => {
                 let index = self.batch_index(&s.batch_name);
                 let mut text = String::with_capacity(s.jobs.len() * 33);
                 for job in &s.jobs {
@@ -510,7 +510,7 @@ impl Area {
                     f.write_all(text.as_bytes())
                 })
             }
-            Ok(Request::Async { command: AsyncCommand::RetireBatch { batch }, .. }) => self.retire(&batch),
+            Ok(Request::Command { command: Command::Boinc(AsyncCommand::RetireBatch { batch }), .. }) => self.retire(&batch),
             _ => Ok(()),
         };
         if let Err(e) = done {

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use gahp_protocol::classad::{ClassAd, Value};
-use gahp_protocol::gahp::BlahCommand;
+use gahp_protocol::gahp::{BlahCommand, Command};
 
 use super::{GahpClient, ReqId, Request, WAIT};
 
@@ -13,7 +13,7 @@ pub fn str_value(v: &str) -> Value {
 
 /// A BLAH command through the client; its result's fields after the id.
 pub fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
-    g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, WAIT).unwrap()
+    g.call(|reqid| Request::Command { reqid: ReqId(reqid), command: Command::Blah(command) }, WAIT).unwrap()
 }
 
 /// Submits the ad; its job id.

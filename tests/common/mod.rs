@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use gahp_protocol::gahp::{
-    AsyncCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ParamValue, ReqId, Request, SubmitBatch,
+    AsyncCommand, Command, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ParamValue, ReqId, Request, SubmitBatch,
 };
 pub use gahp_protocol::Authenticator;
 pub use gahp_testkit::http;
@@ -77,7 +77,7 @@ pub fn log_text(dir: &Path) -> String {
 }
 
 pub fn async_cmd(reqid: u32, command: AsyncCommand) -> Request {
-    Request::Async { reqid: ReqId(reqid), command }
+    Request::Command { reqid: ReqId(reqid), command: Command::Boinc(command) }
 }
 
 /// Writes `n` input files with distinct content; returns their paths.
@@ -150,7 +150,7 @@ pub fn pool_file(dir: &Path, projects: &[(&str, &Sim)], extra: &str) -> PathBuf 
 
 /// A `BOINC_SEQUENCE_*` command; its result's fields after the id.
 pub fn sequence_call(g: &mut GahpClient, command: gahp_protocol::gahp::sequence_commands::SequenceCommand) -> Vec<String> {
-    g.call(|id| Request::Sequence { reqid: ReqId(id), command }, WAIT).unwrap()
+    g.call(|id| Request::Command { reqid: ReqId(id), command: Command::Sequence(command) }, WAIT).unwrap()
 }
 
 /// Queries the sequence until it is no longer `RUNNING` (at most

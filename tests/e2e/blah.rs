@@ -6,7 +6,7 @@
 
 use crate::common::*;
 use gahp_protocol::classad::{format_args_v2, ClassAd, Value};
-use gahp_protocol::gahp::BlahCommand;
+use gahp_protocol::gahp::{BlahCommand, Command};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -86,7 +86,7 @@ fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
         BlahCommand::JobStatus { .. } => 5,
         _ => 3,
     };
-    let r = g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, WAIT).unwrap();
+    let r = g.call(|reqid| Request::Command { reqid: ReqId(reqid), command: Command::Blah(command) }, WAIT).unwrap();
     assert_eq!(r.len() + 1, fields, "result fields of a BLAH command: {r:?}");
     assert!(r.iter().all(|f| !f.is_empty()), "no empty field: {r:?}");
     r
@@ -695,9 +695,9 @@ fn a_panicking_project_actor_still_yields_one_result_of_the_right_shape() {
     assert!(log_text(dir).contains("panic"));
 
     // A request id already pending is refused with E, as for BOINC_* commands.
-    let line = gahp_protocol::gahp::request::format(&Request::Blah {
+    let line = gahp_protocol::gahp::request::format(&Request::Command {
         reqid: ReqId(900),
-        command: BlahCommand::JobStatus { job_id: fine.clone() },
+        command: Command::Blah(BlahCommand::JobStatus { job_id: fine.clone() }),
     });
     assert_eq!(g.command_line(&line).unwrap(), ["S"]);
     assert_eq!(g.command_line(&line).unwrap(), ["E"], "in flight or queued: pending either way");
@@ -739,7 +739,7 @@ fn blah_burst(g: &mut GahpClient, commands: Vec<BlahCommand>, timeout: Duration)
     let mut ids = Vec::with_capacity(commands.len());
     for command in commands {
         let reqid = g.reqid();
-        g.submit_async(&Request::Blah { reqid: ReqId(reqid), command }).unwrap();
+        g.submit_async(&Request::Command { reqid: ReqId(reqid), command: Command::Blah(command) }).unwrap();
         ids.push(reqid);
     }
     ids.into_iter().map(|id| g.wait_result(id, timeout).unwrap()).collect()

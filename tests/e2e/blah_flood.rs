@@ -9,7 +9,7 @@ use crate::common::*;
 use gahp_protocol::classad::Value;
 use gahp_protocol::gahp::escape::split_args;
 use gahp_protocol::gahp::request::format;
-use gahp_protocol::gahp::BlahCommand;
+use gahp_protocol::gahp::{BlahCommand, Command};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -74,17 +74,20 @@ fn a_submit_flood_is_paced_and_every_command_behind_it_is_answered_once() {
             &[("TransferInput", Value::Str("in".into())), ("BoincApp", Value::Str("uppercase".into()))],
         );
         let reqid = g.reqid();
-        write(&mut flood, format(&Request::Blah { reqid: ReqId(reqid), command: BlahCommand::JobSubmit { ad } }));
+        write(&mut flood, format(&Request::Command { reqid: ReqId(reqid), command: Command::Blah(BlahCommand::JobSubmit { ad }) }));
         sent.push((reqid, Sent::Submit(i)));
         if i % 40 == 39 {
             // Behind the pause: a status (of an id that is not ours: its
             // answer needs nothing but the daemon), a ping, a RESULTS.
             let reqid = g.reqid();
             let job_id = "not_a_boinc_gahp_id".to_string();
-            write(&mut flood, format(&Request::Blah { reqid: ReqId(reqid), command: BlahCommand::JobStatus { job_id } }));
+            write(&mut flood, format(&Request::Command { reqid: ReqId(reqid), command: Command::Blah(BlahCommand::JobStatus { job_id }) }));
             sent.push((reqid, Sent::Status));
             let reqid = g.reqid();
-            write(&mut flood, format(&Request::Blah { reqid: ReqId(reqid), command: BlahCommand::Ping { batch_type: "boinc".into() } }));
+            write(
+                &mut flood,
+                format(&Request::Command { reqid: ReqId(reqid), command: Command::Blah(BlahCommand::Ping { batch_type: "boinc".into() }) }),
+            );
             sent.push((reqid, Sent::Ping));
             write(&mut flood, b"RESULTS".to_vec());
             sent.push((0, Sent::Results));
@@ -147,7 +150,7 @@ fn a_submit_flood_is_paced_and_every_command_behind_it_is_answered_once() {
             .map(|&i| {
                 let reqid = g.reqid();
                 let command = BlahCommand::JobStatus { job_id: ids[i].clone() };
-                g.submit_async(&Request::Blah { reqid: ReqId(reqid), command }).unwrap();
+                g.submit_async(&Request::Command { reqid: ReqId(reqid), command: Command::Blah(command) }).unwrap();
                 reqid
             })
             .collect();

@@ -237,7 +237,7 @@ fn an_external_rank_function_runs_once_per_ttl_not_per_batch() {
 #[test]
 fn blah_jobs_through_a_pool_land_on_the_project_with_their_data() {
     use gahp_protocol::classad::{ClassAd, Value};
-    use gahp_protocol::gahp::BlahCommand;
+    use gahp_protocol::gahp::{BlahCommand, Command};
 
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (Sim::start(), Sim::start());
@@ -278,7 +278,7 @@ fn blah_jobs_through_a_pool_land_on_the_project_with_their_data() {
         for (k, v) in extra {
             ad.insert(*k, s(v));
         }
-        let r = g.call(|id| Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }, WAIT).unwrap();
+        let r = g.call(|id| Request::Command { reqid: ReqId(id), command: Command::Blah(BlahCommand::JobSubmit { ad }) }, WAIT).unwrap();
         assert_eq!(r[..2], ["0", "No error"], "{r:?}");
         r[2].rsplit('/').next().unwrap().to_string()
     };

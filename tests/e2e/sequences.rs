@@ -5,6 +5,7 @@
 
 use crate::common::*;
 use gahp_protocol::gahp::sequence_commands::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
+use gahp_protocol::gahp::Command;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -21,7 +22,7 @@ fn daemon(sim: &Sim, dir: &Path) -> GahpClient {
 }
 
 fn seq(g: &mut GahpClient, command: SequenceCommand) -> Vec<String> {
-    g.call(|id| Request::Sequence { reqid: ReqId(id), command }, WAIT).unwrap()
+    g.call(|id| Request::Command { reqid: ReqId(id), command: Command::Sequence(command) }, WAIT).unwrap()
 }
 
 /// A stepper sequence from an empty state, with `extra` as its other input.

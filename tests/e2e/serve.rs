@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::common::serve::*;
 use crate::common::*;
 use gahp_protocol::gahp::sequence_commands::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
-use gahp_protocol::gahp::BlahCommand;
+use gahp_protocol::gahp::{BlahCommand, Command as GahpCommand};
 
 /// The tests put a client's files in its area themselves.
 const REMOTE_PATHS: &[&str] = &["--remote-paths"];
@@ -101,11 +101,17 @@ fn a_client_runs_a_batch_through_serve_and_another_client_cannot_see_it() {
     // The BLAH dialect: a ping reaches her token's first project; a submit
     // whose ad names files in her area is taken (tests/e2e/serve_files.rs
     // runs BLAH jobs through connect with their files).
-    let ping = a.call(|id| Request::Blah { reqid: ReqId(id), command: BlahCommand::Ping { batch_type: "boinc".into() } }, WAIT);
+    let ping = a.call(
+        |id| Request::Command { reqid: ReqId(id), command: GahpCommand::Blah(BlahCommand::Ping { batch_type: "boinc".into() }) },
+        WAIT,
+    );
     assert_eq!(ping.unwrap(), ["0", "No error"]);
     let ad = gahp_testkit::blah_job_ad(Path::new("in"), "job1", &[]);
     let id = a.reqid();
-    assert_eq!(a.command(&Request::Blah { reqid: ReqId(id), command: BlahCommand::JobSubmit { ad } }).unwrap(), ["S"]);
+    assert_eq!(
+        a.command(&Request::Command { reqid: ReqId(id), command: GahpCommand::Blah(BlahCommand::JobSubmit { ad }) }).unwrap(),
+        ["S"]
+    );
 
     // Bob, on the same BOINC account, gets for Alice's batch and jobs exactly
     // what he gets for ones that do not exist.
@@ -341,7 +347,7 @@ fn a_sequence_runs_in_its_clients_area_and_another_client_cannot_see_it() {
     assert_eq!(a.command(&sim.select()).unwrap(), ["S"]);
     // A state file outside her area is refused before anything is made.
     let id = a.reqid();
-    let outside = Request::Sequence { reqid: ReqId(id), command: create("/etc/passwd") };
+    let outside = Request::Command { reqid: ReqId(id), command: GahpCommand::Sequence(create("/etc/passwd")) };
     assert_eq!(a.command(&outside).unwrap(), ["E"]);
     assert_eq!(seq(&mut a, create("run/state0")), ["NULL"]);
     let done = wait_sequence_over(&mut a, "md", Duration::from_secs(120));

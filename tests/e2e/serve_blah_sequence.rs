@@ -13,7 +13,7 @@ use crate::common::serve::*;
 use crate::common::*;
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::sequence_commands::SequenceCommand;
-use gahp_protocol::gahp::BlahCommand;
+use gahp_protocol::gahp::{BlahCommand, Command};
 
 /// A sequence's steps run one after another.
 const SEQUENCE_WAIT: Duration = Duration::from_secs(180);
@@ -132,7 +132,10 @@ fn a_blah_sequence_job_through_connect_is_the_clients_and_its_final_state_comes_
         ad.insert("Iwd", str_value(iwd));
         ad.insert("Err", str_value("seq.err"));
         ad.insert("TransferInput", str_value(inputs));
-        let line = gahp_protocol::gahp::request::format(&Request::Blah { reqid: ReqId(90), command: BlahCommand::JobSubmit { ad } });
+        let line = gahp_protocol::gahp::request::format(&Request::Command {
+            reqid: ReqId(90),
+            command: Command::Blah(BlahCommand::JobSubmit { ad }),
+        });
         assert_eq!(raw.command_line(&line).unwrap(), ["E"], "Iwd {iwd}, inputs {inputs}");
     }
     let log = s.log_text();

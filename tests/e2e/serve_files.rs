@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::common::serve::*;
 use crate::common::*;
 use gahp_protocol::classad::{ClassAd, Value};
-use gahp_protocol::gahp::BlahCommand;
+use gahp_protocol::gahp::{BlahCommand, Command};
 use sha2::{Digest, Sha256};
 
 /// The file protocol's directory in a client's area.
@@ -179,7 +179,7 @@ fn str_value(v: &str) -> Value {
 
 /// A BLAH command through the client; its result's fields after the id.
 fn blah(g: &mut GahpClient, command: BlahCommand) -> Vec<String> {
-    g.call(|reqid| Request::Blah { reqid: ReqId(reqid), command }, WAIT).unwrap()
+    g.call(|reqid| Request::Command { reqid: ReqId(reqid), command: Command::Blah(command) }, WAIT).unwrap()
 }
 
 fn rpc_total(sim: &Sim) -> u64 {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::common::serve::*;
 use crate::common::*;
 use gahp_protocol::gahp::sequence_commands::{CreateSequence, FetchSequence, SequenceCommand, StepSelector};
+use gahp_protocol::gahp::Command;
 
 fn uploads_stored(s: &Serve) -> usize {
     s.log_text().matches("stored an uploaded input").count()
@@ -90,7 +91,10 @@ fn a_sequence_through_connect_sends_its_inputs_once_and_its_files_come_back_to_t
     assert_eq!(sequence_call(&mut a, SequenceCommand::Abort { name: "md2".into() }), ["NULL"]);
     // An input that is not there: refused here, nothing is made.
     let id = a.reqid();
-    let missing = Request::Sequence { reqid: ReqId(id), command: create("md3", &local.join("missing"), &local.join("extra params")) };
+    let missing = Request::Command {
+        reqid: ReqId(id),
+        command: Command::Sequence(create("md3", &local.join("missing"), &local.join("extra params"))),
+    };
     assert_eq!(a.command(&missing).unwrap(), ["E"]);
     assert_ne!(sequence_call(&mut a, SequenceCommand::Query { name: "md3".into() })[0], "NULL", "no md3");
 

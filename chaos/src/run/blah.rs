@@ -92,7 +92,7 @@ impl Run<'_> {
 
     pub(super) fn blah(&mut self, command: BlahCommand) -> Result<Vec<String>, String> {
         let id = self.reqid();
-        self.g.submit_async(&Request::Blah { reqid: ReqId(id), command }).map_err(io_err)?;
+        self.g.submit_async(&Request::Command { reqid: ReqId(id), command: Command::Blah(command) }).map_err(io_err)?;
         self.wait(id)
     }
 }

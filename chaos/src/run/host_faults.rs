@@ -184,7 +184,7 @@ impl HostDaemon {
 
     fn call(&mut self, run: &mut Run<'_>, command: AsyncCommand) -> Result<Vec<String>, String> {
         let id = run.reqid();
-        self.g.submit_async(&Request::Async { reqid: ReqId(id), command }).map_err(io_err)?;
+        self.g.submit_async(&Request::Command { reqid: ReqId(id), command: Command::Boinc(command) }).map_err(io_err)?;
         self.g.wait_result(id, RESULT_WAIT).map_err(|e| format!("request {id}: {e}"))
     }
 

@@ -149,7 +149,7 @@ impl Run<'_> {
 
     pub(super) fn sequence(&mut self, command: SequenceCommand) -> Result<Vec<String>, String> {
         let id = self.reqid();
-        self.g.submit_async(&Request::Sequence { reqid: ReqId(id), command }).map_err(io_err)?;
+        self.g.submit_async(&Request::Command { reqid: ReqId(id), command: Command::Sequence(command) }).map_err(io_err)?;
         self.wait(id)
     }
 }

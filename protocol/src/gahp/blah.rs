@@ -65,12 +65,7 @@ impl BlahCommand {
     /// A failure (code 1) shaped as this command's result must be, so that
     /// any command can be failed without miscounting fields.
     pub fn failure(&self, error: impl Into<String>) -> BlahResult {
-        let error = error.into();
-        match self {
-            BlahCommand::JobSubmit { .. } => BlahResult::Submit { code: 1, error, job_id: None },
-            BlahCommand::JobStatus { .. } => BlahResult::Status { code: 1, error, status: 0, ad: None },
-            _ => BlahResult::Simple { code: 1, error },
-        }
+        BlahResult::failure_of(self.code(), error)
     }
 }
 
@@ -88,6 +83,23 @@ pub enum BlahResult {
 }
 
 impl BlahResult {
+    /// A successful status of a job that has ended (removed or completed):
+    /// once the gridmanager has it, nothing more is asked of the job.
+    pub fn is_final_status(&self) -> bool {
+        matches!(self, BlahResult::Status { code: 0, status: job_status::REMOVED | job_status::COMPLETED, .. })
+    }
+
+    /// A failure (code 1) of the command with this code, shaped as its
+    /// result must be: all a failure needs to know of its command.
+    pub fn failure_of(code: &str, error: impl Into<String>) -> BlahResult {
+        let error = error.into();
+        match code {
+            "BLAH_JOB_SUBMIT" => BlahResult::Submit { code: 1, error, job_id: None },
+            "BLAH_JOB_STATUS" => BlahResult::Status { code: 1, error, status: 0, ad: None },
+            _ => BlahResult::Simple { code: 1, error },
+        }
+    }
+
     /// Success of ping, cancel or refresh proxy.
     pub fn ok() -> Self {
         BlahResult::Simple { code: 0, error: NO_ERROR.into() }

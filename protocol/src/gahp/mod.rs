@@ -21,5 +21,6 @@ pub use framing::{Frame, LineFramer};
 pub use query_answer::{QueryAnswer, QueryAnswerBuilder};
 pub use reply::{CommandResult, ReturnLine, BANNER, COMMANDS};
 pub use request::{
-    AsyncCommand, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ParamValue, ParseError, ReqId, Request, SubmitBatch,
+    AsyncCommand, Command, FetchMode, FetchOutput, InputFile, JobParams, JobSpec, OutputSpec, ParamValue, ParseError, ReqId, Request,
+    SubmitBatch,
 };

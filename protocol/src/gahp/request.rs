@@ -11,9 +11,11 @@ use std::path::PathBuf;
 
 use super::args::{Args, LineWriter};
 pub use super::args::{InputFile, ParamValue, ParseError};
-use super::blah::BlahCommand;
+use super::blah::{BlahCommand, BlahResult};
 use super::escape::split_args;
+use super::reply::CommandResult;
 pub use super::reqid::ReqId;
+use super::sequence_commands::SequenceCommand;
 use crate::classad::ClassAd;
 use crate::secret::Authenticator;
 
@@ -32,21 +34,54 @@ pub enum Request {
         url: String,
         authenticator: Authenticator,
     },
-    /// Every `BOINC_*` command but SELECT_PROJECT.
-    Async {
+    /// Every command answered by its own result line: the `BOINC_*`
+    /// commands but SELECT_PROJECT, the `BOINC_SEQUENCE_*` and the
+    /// `BLAH_*` ones.
+    Command {
         reqid: ReqId,
-        command: AsyncCommand,
+        command: Command,
     },
-    /// Every `BLAH_*` command (`docs/spec/blah-dialect.md`).
-    Blah {
-        reqid: ReqId,
-        command: BlahCommand,
-    },
-    /// Every `BOINC_SEQUENCE_*` command (`docs/sequences.md`).
-    Sequence {
-        reqid: ReqId,
-        command: super::sequence_commands::SequenceCommand,
-    },
+}
+
+/// Every asynchronous command of the three families, as one type: the
+/// session hands each to the one dispatch, which hands it to whoever
+/// answers it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// `BOINC_*`.
+    Boinc(AsyncCommand),
+    /// `BOINC_SEQUENCE_*` (`docs/sequences.md`).
+    Sequence(SequenceCommand),
+    /// `BLAH_*` (`docs/spec/blah-dialect.md`).
+    Blah(BlahCommand),
+}
+
+impl Command {
+    /// The command code as the gridmanager spells it.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Command::Boinc(c) => c.code(),
+            Command::Sequence(c) => c.code(),
+            Command::Blah(c) => c.code(),
+        }
+    }
+
+    /// A failure shaped as this command's result must be (a `BLAH_*`
+    /// result has its own fields), so that any command can be failed the
+    /// same way.
+    pub fn failure(&self, error: impl Into<String>) -> CommandResult {
+        Self::failure_of(self.code(), error)
+    }
+
+    /// The failure of the command with this code: what a dispatch keeps
+    /// of a command while it runs is its code (a 100,000-job submit is
+    /// not held twice).
+    pub fn failure_of(code: &str, error: impl Into<String>) -> CommandResult {
+        match code.starts_with("BLAH_") {
+            true => CommandResult::Blah(BlahResult::failure_of(code, error)),
+            false => CommandResult::Error(error.into()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -254,7 +289,7 @@ pub fn parse(line: &[u8]) -> Result<Request, ParseError> {
             Ok(BlahCommand::JobRefreshProxy { job_id, proxy })
         }),
         _ => match super::sequence_commands::parse(line) {
-            Some(parsed) => parsed.map(|(reqid, command)| Request::Sequence { reqid, command }),
+            Some(parsed) => parsed.map(|(reqid, command)| Request::Command { reqid, command: Command::Sequence(command) }),
             None => {
                 let shown = code.get(..MAX_QUOTED_CODE).unwrap_or(&code);
                 Err(ParseError::UnknownCommand(String::from_utf8_lossy(shown).into_owned()))
@@ -282,7 +317,7 @@ fn parse_async(
     let mut a = Args::new(command, tokens);
     let reqid = a.reqid()?;
     let command = body(&mut a)?;
-    Ok(Request::Async { reqid, command })
+    Ok(Request::Command { reqid, command: Command::Boinc(command) })
 }
 
 /// Request id, the body's arguments, and nothing more.
@@ -295,7 +330,7 @@ fn parse_blah(
     let reqid = a.reqid()?;
     let command = body(&mut a)?;
     a.end()?;
-    Ok(Request::Blah { reqid, command })
+    Ok(Request::Command { reqid, command: Command::Blah(command) })
 }
 
 fn parse_submit(a: &mut Args) -> Result<AsyncCommand, ParseError> {
@@ -418,12 +453,12 @@ pub fn format(req: &Request) -> Vec<u8> {
             // The request line is one of the two places the secret goes.
             w.arg(authenticator.expose());
         }
-        Request::Async { reqid, command } => {
+        Request::Command { reqid, command: Command::Boinc(command) } => {
             w.code(command.code());
             w.arg(reqid.to_string());
             format_async(&mut w, command);
         }
-        Request::Blah { reqid, command } => {
+        Request::Command { reqid, command: Command::Blah(command) } => {
             use std::os::unix::ffi::OsStrExt;
             w.code(command.code());
             w.arg(reqid.to_string());
@@ -437,7 +472,7 @@ pub fn format(req: &Request) -> Vec<u8> {
                 }
             }
         }
-        Request::Sequence { reqid, command } => return super::sequence_commands::format(*reqid, command),
+        Request::Command { reqid, command: Command::Sequence(command) } => return super::sequence_commands::format(*reqid, command),
     }
     w.0
 }
@@ -518,7 +553,7 @@ mod tests {
 
     fn cmd(line: &str) -> AsyncCommand {
         match ok(line) {
-            Request::Async { command, .. } => command,
+            Request::Command { command: Command::Boinc(command), .. } => command,
             other => panic!("{other:?}"),
         }
     }
@@ -581,7 +616,7 @@ mod tests {
 
     #[test]
     fn request_ids() {
-        assert_eq!(ok("boinc_ping 0002"), Request::Async { reqid: ReqId(2), command: AsyncCommand::Ping });
+        assert_eq!(ok("boinc_ping 0002"), Request::Command { reqid: ReqId(2), command: Command::Boinc(AsyncCommand::Ping) });
         ok("BOINC_PING 4294967295");
         for id in ["0", "00", "-1", "+1", "12abc", "", "4294967296", "1.0", " 1"] {
             bad(&format!("BOINC_PING {id}"));
@@ -662,7 +697,7 @@ mod tests {
 
     fn cmd_bytes(line: &[u8]) -> AsyncCommand {
         match parse(line) {
-            Ok(Request::Async { command, .. }) => command,
+            Ok(Request::Command { command: Command::Boinc(command), .. }) => command,
             other => panic!("{other:?}"),
         }
     }
@@ -733,11 +768,29 @@ mod tests {
 
     #[test]
     fn format_escapes_and_keeps_nul() {
-        let r = Request::Async {
+        let r = Request::Command {
             reqid: ReqId(3),
-            command: AsyncCommand::AbortJobs { jobs: vec!["a b".into(), "c\\\n".into(), "".into(), "n\0".into()] },
+            command: Command::Boinc(AsyncCommand::AbortJobs { jobs: vec!["a b".into(), "c\\\n".into(), "".into(), "n\0".into()] }),
         };
         assert_eq!(format(&r), b"BOINC_ABORT_JOBS 3 a\\ b c\\\\\\\n  n\0");
         assert_eq!(parse(&format(&r)), Ok(r));
+    }
+
+    #[test]
+    fn a_failure_kept_as_its_code_has_the_shape_of_its_commands_result() {
+        let fields = |c: &Command| {
+            let line = Command::failure_of(c.code(), "it broke").encode(ReqId(7));
+            split_args(&line).len()
+        };
+        let blah = |b: BlahCommand| Command::Blah(b);
+        // The request id, then the command's own fields.
+        assert_eq!(fields(&blah(BlahCommand::JobSubmit { ad: ClassAd::default() })), 4);
+        assert_eq!(fields(&blah(BlahCommand::JobStatus { job_id: "j".into() })), 5);
+        assert_eq!(fields(&blah(BlahCommand::JobCancel { job_id: "j".into() })), 3);
+        assert_eq!(fields(&blah(BlahCommand::Ping { batch_type: "boinc".into() })), 3);
+        assert_eq!(fields(&Command::Boinc(AsyncCommand::Ping)), 2);
+        assert_eq!(fields(&Command::Sequence(SequenceCommand::End { name: "s".into() })), 2);
+        let c = Command::Blah(BlahCommand::JobStatus { job_id: "j".into() });
+        assert_eq!(c.failure("x"), Command::failure_of("BLAH_JOB_STATUS", "x"));
     }
 }

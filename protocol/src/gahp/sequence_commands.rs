@@ -315,6 +315,21 @@ pub struct SequenceState {
 }
 
 impl SequenceResult {
+    /// This result as the result queue keeps every result: success and
+    /// error as any command's, the rest as its arguments, encoded once.
+    pub fn into_result(self) -> super::reply::CommandResult {
+        use super::reply::CommandResult;
+        match self {
+            SequenceResult::Ok => CommandResult::Ok,
+            SequenceResult::Error(message) => CommandResult::Error(message),
+            other => {
+                // The arguments after the request id, whatever id it is.
+                let line = other.encode(ReqId(0));
+                CommandResult::Encoded(bytes::Bytes::copy_from_slice(&line[1..]))
+            }
+        }
+    }
+
     pub fn encode(&self, reqid: ReqId) -> Vec<u8> {
         use super::reply::CommandResult;
         let mut out = match self {

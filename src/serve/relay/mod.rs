@@ -38,7 +38,7 @@ use std::rc::Rc;
 
 use bytes::BytesMut;
 use futures_util::StreamExt;
-use gahp_protocol::gahp::{Frame, LineFramer, Request};
+use gahp_protocol::gahp::{Command, Frame, LineFramer, Request};
 use gahp_session::session::{GahpDecoder, MAX_LINE};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
@@ -144,7 +144,9 @@ enum Event {
 /// The request id of a request that has one.
 fn reqid_of(req: &Request) -> Option<u32> {
     match req {
-        Request::Async { reqid, .. } | Request::Blah { reqid, .. } | Request::Sequence { reqid, .. } => Some(reqid.0),
+        Request::Command { reqid, command: Command::Boinc(_), .. }
+        | Request::Command { reqid, command: Command::Blah(_), .. }
+        | Request::Command { reqid, command: Command::Sequence(_), .. } => Some(reqid.0),
         _ => None,
     }
 }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use gahp_protocol::gahp::{self, AsyncCommand, Request};
+use gahp_protocol::gahp::{self, AsyncCommand, Command, Request};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{Expect, Outstanding, Pending, Relay, FETCH_STDERR};
@@ -114,9 +114,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             return line.to_vec();
         }
         match gahp::request::parse(line) {
-            Ok(Request::Async { reqid, command: AsyncCommand::FetchOutput(mut f) }) if f.stderr_file != Path::new("/dev/null") => {
+            Ok(Request::Command { reqid, command: Command::Boinc(AsyncCommand::FetchOutput(mut f)) })
+                if f.stderr_file != Path::new("/dev/null") =>
+            {
                 f.stderr_file = PathBuf::from(format!("{FETCH_STDERR}.{}", self.reconnections));
-                gahp::request::format(&Request::Async { reqid, command: AsyncCommand::FetchOutput(f) })
+                gahp::request::format(&Request::Command { reqid, command: Command::Boinc(AsyncCommand::FetchOutput(f)) })
             }
             _ => line.to_vec(),
         }

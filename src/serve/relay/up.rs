@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use gahp_blah::map::dir_token;
 use gahp_protocol::classad::{ClassAd, Value};
 use gahp_protocol::gahp::sequence_commands::{FetchSequence, SequenceCommand};
-use gahp_protocol::gahp::{self, AsyncCommand, BlahCommand, Frame, InputFile, ReqId, Request};
+use gahp_protocol::gahp::{self, AsyncCommand, BlahCommand, Command, Frame, InputFile, ReqId, Request};
 use gahp_session::session::POOL_PREFIX;
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -52,11 +52,11 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         // A request whose result means files is noted once the server
         // took it (`S`): one it refused leaves another's of that id alone.
         let rewritten = match req {
-            Some(Request::Async { reqid, command: AsyncCommand::Submit(mut s) }) => self
+            Some(Request::Command { reqid, command: Command::Boinc(AsyncCommand::Submit(mut s)) }) => self
                 .send_inputs(s.jobs.iter_mut().flat_map(|job| job.inputs.iter_mut()))
                 .await
-                .map(|()| (gahp::request::format(&Request::Async { reqid, command: AsyncCommand::Submit(s) }), None)),
-            Some(Request::Async { reqid, command: AsyncCommand::FetchOutput(f) }) => {
+                .map(|()| (gahp::request::format(&Request::Command { reqid, command: Command::Boinc(AsyncCommand::Submit(s)) }), None)),
+            Some(Request::Command { reqid, command: Command::Boinc(AsyncCommand::FetchOutput(f)) }) => {
                 self.fetch_into_area(reqid, f).await.map(|(line, p)| (line, Some(p)))
             }
             // A pool file goes up as an input does and is named by content.
@@ -67,18 +67,20 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                     (gahp::request::format(&Request::SelectProject { url, authenticator }), None)
                 })
             }
-            Some(Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }) => self
-                .blah_inputs(ad)
-                .await
-                .map(|ad| (gahp::request::format(&Request::Blah { reqid, command: BlahCommand::JobSubmit { ad } }), None)),
-            Some(Request::Blah { reqid: _, command: BlahCommand::JobStatus { job_id } }) => {
+            Some(Request::Command { reqid, command: Command::Blah(BlahCommand::JobSubmit { ad }) }) => {
+                self.blah_inputs(ad).await.map(|ad| {
+                    (gahp::request::format(&Request::Command { reqid, command: Command::Blah(BlahCommand::JobSubmit { ad }) }), None)
+                })
+            }
+            Some(Request::Command { reqid: _, command: Command::Blah(BlahCommand::JobStatus { job_id }) }) => {
                 Ok((line, Some(Pending::BlahStatus { job_id })))
             }
-            Some(Request::Sequence { reqid, command: SequenceCommand::Create(mut c) }) => self
-                .send_inputs(c.state_files.iter_mut().chain(c.inputs.iter_mut()))
-                .await
-                .map(|()| (gahp::request::format(&Request::Sequence { reqid, command: SequenceCommand::Create(c) }), None)),
-            Some(Request::Sequence { reqid, command: SequenceCommand::Fetch(f) }) => {
+            Some(Request::Command { reqid, command: Command::Sequence(SequenceCommand::Create(mut c)) }) => {
+                self.send_inputs(c.state_files.iter_mut().chain(c.inputs.iter_mut())).await.map(|()| {
+                    (gahp::request::format(&Request::Command { reqid, command: Command::Sequence(SequenceCommand::Create(c)) }), None)
+                })
+            }
+            Some(Request::Command { reqid, command: Command::Sequence(SequenceCommand::Fetch(f)) }) => {
                 self.sequence_fetch_into_area(reqid, f).await.map(|(line, p)| (line, Some(p)))
             }
             _ => Ok((line, None)),
@@ -134,7 +136,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
                 spec.dst = PathBuf::from(format!(".r{i}"));
             }
         }
-        Ok((gahp::request::format(&Request::Async { reqid, command: AsyncCommand::FetchOutput(f) }), pending))
+        Ok((gahp::request::format(&Request::Command { reqid, command: Command::Boinc(AsyncCommand::FetchOutput(f)) }), pending))
     }
 
     /// A sequence's fetch goes into a directory of its own in the area
@@ -145,7 +147,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
         self.link.command(&["FRESH", remote.as_str()]).await?.map_err(|why| format!("can't prepare {remote}: {why}"))?;
         let pending = Pending::SequenceFetch { remote: remote.clone(), dir: absolute(&f.dir) };
         f.dir = PathBuf::from(remote);
-        Ok((gahp::request::format(&Request::Sequence { reqid, command: SequenceCommand::Fetch(f) }), pending))
+        Ok((gahp::request::format(&Request::Command { reqid, command: Command::Sequence(SequenceCommand::Fetch(f)) }), pending))
     }
 
     /// A BLAH job's inputs go up into its directory in the area; its ad
