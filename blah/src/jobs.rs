@@ -10,7 +10,6 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::future::Future;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -18,18 +17,11 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures_util::future::LocalBoxFuture;
-use gahp_protocol::classad::ClassAd;
-use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::{BlahCommand, BlahResult};
-use tokio::sync::oneshot;
 
 use crate::job_records::{self, JobRecords};
-use crate::map::{self, JobId, MapError, UNCONFIGURED};
-use crate::outputs::held_ad;
-use crate::placement::pool_placement;
-use crate::project_jobs::{Cancel, Delivered, Ping, ProjectJobs, Status, Track};
-use crate::sequence_ad;
-use crate::shared_batch;
+use crate::map::{self, JobId, UNCONFIGURED};
+use crate::project_jobs::{Delivered, ProjectJobs, Track};
 use gahp_broker::pools::Pools;
 use gahp_broker::registry::Registry;
 use gahp_project::ProjectKey;
@@ -37,18 +29,18 @@ use gahp_services::config::DaemonConfig;
 use gahp_services::file_stager::FileStager;
 
 pub struct BlahJobs {
-    config: Arc<DaemonConfig>,
-    projects: Addr<Registry>,
-    stager: Addr<FileStager>,
-    store: JobRecords,
-    pools: Addr<Pools>,
+    pub(crate) config: Arc<DaemonConfig>,
+    pub(crate) projects: Addr<Registry>,
+    pub(crate) stager: Addr<FileStager>,
+    pub(crate) store: JobRecords,
+    pub(crate) pools: Addr<Pools>,
     /// Projects jobs were submitted to: key -> (URL, authenticator file).
-    known: HashMap<String, (String, PathBuf)>,
-    running: HashMap<String, Addr<ProjectJobs>>,
+    pub(crate) known: HashMap<String, (String, PathBuf)>,
+    pub(crate) running: HashMap<String, Addr<ProjectJobs>>,
     /// Project key -> its URL and account: jobs of one account (whatever
     /// file holds its key, whichever client of `serve` submits them) share
     /// batches.
-    accounts: HashMap<String, String>,
+    pub(crate) accounts: HashMap<String, String>,
     /// Submits and statuses in progress (a trace of the pacing).
     waiting: Waiting,
 }
@@ -76,7 +68,7 @@ impl BlahJobs {
 
     /// The actor of a project key, started on first use. Err: a hold
     /// reason (unknown key, unreadable authenticator file).
-    fn project(&mut self, pkey: &str) -> Result<Addr<ProjectJobs>, String> {
+    pub(crate) fn project(&mut self, pkey: &str) -> Result<Addr<ProjectJobs>, String> {
         if let Some(addr) = self.running.get(pkey).filter(|a| a.connected()) {
             return Ok(addr.clone());
         }
@@ -109,78 +101,10 @@ impl BlahJobs {
         Ok(addr)
     }
 
-    fn work(&mut self, command: &BlahCommand, ctx: &Context<Self>) -> Work {
-        match command {
-            BlahCommand::Ping { .. } => self.ping(),
-            BlahCommand::JobSubmit { ad } => self.submit(ad, ctx),
-            BlahCommand::JobStatus { job_id } => self.status(job_id, ctx),
-            BlahCommand::JobCancel { job_id } => self.cancel(job_id, ctx),
-            // BOINC has no proxies to renew.
-            BlahCommand::JobRefreshProxy { .. } => ready(BlahResult::ok()),
-        }
-    }
-
-    /// Pings the default project. Config problems answer 0: a failed ping
-    /// makes jobs wait silently, a held job says what is wrong.
-    fn ping(&mut self) -> Work {
-        let cfg = &self.config.blah;
-        let (Some(url), Some(file)) = (&cfg.project_url, &cfg.authenticator_file) else {
-            return ready(BlahResult::ok());
-        };
-        match self.project(&map::project_key(url, file)) {
-            Ok(p) => forward(p.send(Ping), "BLAH_PING"),
-            Err(e) => {
-                tracing::warn!("BLAH_PING: {e}");
-                ready(BlahResult::ok())
-            }
-        }
-    }
-
-    /// Records the attempt and answers its id at once; the project actor
-    /// submits it in the background. A job that can't go anywhere still
-    /// gets an id: its status then says why it is held.
-    fn submit(&mut self, ad: &ClassAd, ctx: &Context<Self>) -> Work {
-        let Some(job_dir) = ad.get_str("JobDirectory").map(str::trim).filter(|d| !d.is_empty()).map(String::from) else {
-            return ready(BlahResult::Submit { code: 1, error: MapError::Missing("JobDirectory").to_string(), job_id: None });
-        };
-        // A bad sequence value is refused here, before there is a job to hold.
-        let sequence = match sequence_ad::settings(ad) {
-            Ok(s) => s.is_some(),
-            Err(e) => {
-                let error = format!("this work sequence can't be submitted: {e}");
-                return ready(BlahResult::Submit { code: 1, error, job_id: None });
-            }
-        };
-        // Jobs of one project, app and requests may share a batch (the
-        // bounds are batch-wide in submit_batch); a sequence is one job of
-        // its own.
-        let gather_key = map::gather_key(ad, &self.config.blah).filter(|_| !sequence);
-        let job = Submitted { job_dir, text: ad.to_string(), gather_key, prefix: self.config.blah.name_prefix.clone() };
-        // A job that names no project goes where the pool's matchmaking puts it.
-        if let Some(place) = pool_placement(ad, &self.config.blah) {
-            let (pools, store, me) = (self.pools.clone(), self.store.clone(), ctx.address());
-            return Box::pin(async move {
-                let (pkey, held, account) = match pools.send(place).await {
-                    Ok(Ok(choice)) => me.send(Learn(choice.url, choice.authenticator_file)).await.unwrap_or_else(|_| {
-                        (UNCONFIGURED.to_string(), Some("internal error: the BLAH front end stopped".into()), String::new())
-                    }),
-                    Ok(Err(reason)) => (UNCONFIGURED.to_string(), Some(reason), String::new()),
-                    Err(_) => (UNCONFIGURED.to_string(), Some("internal error: the broker stopped".into()), String::new()),
-                };
-                claim(store, me, job, pkey, account, held).await
-            });
-        }
-        let (pkey, held, account) = match map::choose_project(ad, &self.config.blah) {
-            Ok(choice) => self.learn(choice.url, choice.authenticator_file),
-            Err(e) => (UNCONFIGURED.to_string(), Some(e.hold_reason()), String::new()),
-        };
-        Box::pin(claim(self.store.clone(), ctx.address(), job, pkey, account, held))
-    }
-
     /// Records a project a job was placed on (by key) and starts its actor;
     /// the hold reason if it can't be used, and the project's URL and
     /// account (the scope of the batches its jobs may share).
-    fn learn(&mut self, url: String, authenticator_file: PathBuf) -> (String, Option<String>, String) {
+    pub(crate) fn learn(&mut self, url: String, authenticator_file: PathBuf) -> (String, Option<String>, String) {
         let pkey = map::project_key(&url, &authenticator_file);
         if !self.known.contains_key(&pkey) {
             let (k, u, f) = (pkey.clone(), url.clone(), authenticator_file.clone());
@@ -190,90 +114,6 @@ impl BlahJobs {
         let held = self.project(&pkey).err();
         let account = self.accounts.get(&pkey).cloned().unwrap_or_else(|| pkey.clone());
         (pkey, held, account)
-    }
-
-    fn status(&mut self, job_id: &str, ctx: &Context<Self>) -> Work {
-        let Some(id) = JobId::parse(job_id) else {
-            return ready(not_ours(job_id));
-        };
-        if self.config.blah.known_jobs_only {
-            return self.if_known(id, ctx, BlahCommand::JobStatus { job_id: job_id.into() }, not_ours(job_id));
-        }
-        self.status_known(id)
-    }
-
-    fn status_known(&mut self, id: JobId) -> Work {
-        if id.project == UNCONFIGURED {
-            let reason = MapError::NoProject { config: config_name(&self.config) }.hold_reason();
-            return self.recorded_status(id.job, reason);
-        }
-        match self.project(&id.project) {
-            Ok(p) => forward(p.send(Status { id }), "BLAH_JOB_STATUS"),
-            Err(reason) => self.recorded_status(id.job, reason),
-        }
-    }
-
-    /// With `known_jobs_only`: `command` if the state database has a
-    /// record of its job, else `otherwise`, asking the project nothing.
-    fn if_known(&self, id: JobId, ctx: &Context<Self>, command: BlahCommand, otherwise: BlahResult) -> Work {
-        let (store, me, job) = (self.store.clone(), ctx.address(), id.job.clone());
-        Box::pin(async move {
-            match store.read(move |c| job_records::load(c, &job)).await {
-                Ok(Some(_)) => {
-                    let failed = command.failure("internal error: the BLAH front end stopped");
-                    me.send(KnownJob { id, command }).await.unwrap_or(failed)
-                }
-                _ => {
-                    tracing::info!("{} of an id this client has no job of: {id}", command.code());
-                    otherwise
-                }
-            }
-        })
-    }
-
-    /// A job no project actor can answer for: its recorded final status,
-    /// else held with `reason`.
-    fn recorded_status(&mut self, batch: String, reason: String) -> Work {
-        let store = self.store.clone();
-        Box::pin(async move {
-            let b = batch.clone();
-            let rec = store.read(move |c| job_records::load(c, &b)).await.ok().flatten();
-            match rec.and_then(|r| r.status.zip(r.final_ad.and_then(|t| ClassAd::parse(&t).ok()))) {
-                Some((status, ad)) => BlahResult::status(status, ad),
-                None => BlahResult::status(job_status::HELD, held_ad(&batch, &reason)),
-            }
-        })
-    }
-
-    /// Marks the attempt cancelled (before anything else, so a resubmit of
-    /// its JobDirectory makes a new attempt) and aborts it on BOINC. Code
-    /// 0 for ids that are not ours or never reached a project: gone.
-    fn cancel(&mut self, job_id: &str, ctx: &Context<Self>) -> Work {
-        let Some(id) = JobId::parse(job_id) else {
-            tracing::info!("BLAH_JOB_CANCEL of an id that is not ours: {job_id}");
-            return ready(BlahResult::ok());
-        };
-        if self.config.blah.known_jobs_only {
-            return self.if_known(id, ctx, BlahCommand::JobCancel { job_id: job_id.into() }, BlahResult::ok());
-        }
-        self.cancel_known(id)
-    }
-
-    fn cancel_known(&mut self, id: JobId) -> Work {
-        let j = id.job.clone();
-        self.store.write("mark a job cancelled", move |c| job_records::mark_cancelled(c, &j));
-        if id.project == UNCONFIGURED {
-            return ready(BlahResult::ok());
-        }
-        match self.project(&id.project) {
-            Ok(p) => {
-                let (reply, answer) = oneshot::channel();
-                p.do_send(Cancel { id, reply });
-                // A dropped reply (the actor died) is an error of the right shape.
-                forward(async move { answer.await.map_err(|_| MailboxError::Closed) }, "BLAH_JOB_CANCEL")
-            }
-            Err(reason) => ready(BlahResult::Simple { code: 1, error: format!("can't abort BOINC job {}: {reason}", id.job) }),
-        }
     }
 }
 
@@ -299,7 +139,7 @@ fn prune_period(retention: Duration) -> Duration {
 }
 
 /// The work of one command, run as a task of its own.
-type Work = LocalBoxFuture<'static, BlahResult>;
+pub(crate) type Work = LocalBoxFuture<'static, BlahResult>;
 
 /// How many submits and statuses (those with a place, see
 /// `Session::dispatch`) are between their dispatch and their result,
@@ -337,72 +177,6 @@ impl Drop for WaitingOne {
         let (now, most) = self.0.get();
         self.0.set((now.saturating_sub(1), most));
     }
-}
-
-/// A submitted job as its attempt is recorded: its `JobDirectory`, its ad,
-/// the key of the batches it may share, its BOINC names' prefix.
-struct Submitted {
-    job_dir: String,
-    text: String,
-    gather_key: Option<String>,
-    prefix: String,
-}
-
-/// Records the job's attempt on project `pkey` (held with `held` if set;
-/// else joining the open BOINC batch of its gathering key on `account`, the
-/// project's URL and account, if any) and answers its id.
-async fn claim(store: JobRecords, me: Addr<BlahJobs>, job: Submitted, pkey: String, account: String, held: Option<String>) -> BlahResult {
-    let Submitted { job_dir, text, gather_key, prefix } = job;
-    let gathering = store.gathering.clone();
-    let held_reason = held.clone();
-    let condor_job = map::condor_job_id_of_dir(&job_dir).unwrap_or_else(|| "unknown".into());
-    let claimed = store
-        .read(move |c| {
-            let hold = held.map(|reason| move |batch: &str| held_ad(batch, &reason).to_string());
-            let key = gather_key.map(|k| format!("{account}\n{k}"));
-            let participant = shared_batch::participant(&prefix, &pkey);
-            let gather = key.as_deref().map(|k| (&gathering, k, participant.as_str()));
-            job_records::claim_attempt(c, &job_dir, &pkey, &text, hold.as_ref().map(|f| f as &dyn Fn(&str) -> String), gather, &prefix)
-        })
-        .await;
-    match claimed {
-        Ok((project, batch, job)) => {
-            if let Some(reason) = held_reason {
-                tracing::warn!(condor_job = %condor_job, boinc_batch = %batch, boinc_job = %job, "job held at submission: {reason}");
-            }
-            let id = JobId { project, batch, job };
-            let text = id.to_string();
-            me.do_send(Claimed(id));
-            BlahResult::submitted(text)
-        }
-        Err(e) => BlahResult::Submit { code: 1, error: format!("boinc-gahp can't record the job: {e}"), job_id: None },
-    }
-}
-
-fn not_ours(job_id: &str) -> BlahResult {
-    let error = format!("{job_id} is not a job id of this BOINC GAHP");
-    BlahResult::Status { code: 1, error, status: 0, ad: None }
-}
-
-fn ready(r: BlahResult) -> Work {
-    Box::pin(std::future::ready(r))
-}
-
-/// The reply of a project actor; if it died, an error of the right shape.
-fn forward(reply: impl Future<Output = Result<BlahResult, MailboxError>> + 'static, code: &'static str) -> Work {
-    Box::pin(async move {
-        reply.await.unwrap_or_else(|_| {
-            let error = format!("{code} failed: internal error (the project's BLAH worker stopped); try again");
-            match code {
-                "BLAH_JOB_STATUS" => BlahResult::Status { code: 1, error, status: 0, ad: None },
-                _ => BlahResult::Simple { code: 1, error },
-            }
-        })
-    })
-}
-
-fn config_name(config: &DaemonConfig) -> String {
-    config.blah.config_file.as_ref().map_or_else(|| "~/.config/boinc-gahp/config.toml".into(), |p| p.display().to_string())
 }
 
 impl Actor for BlahJobs {
@@ -466,7 +240,7 @@ impl Handler<FinalStatusQueued> for BlahJobs {
 /// A project the pool chose for a job: record it (see `BlahJobs::learn`).
 #[derive(Message)]
 #[rtype(result = "(String, Option<String>, String)")]
-struct Learn(String, PathBuf);
+pub(crate) struct Learn(pub(crate) String, pub(crate) PathBuf);
 
 impl Handler<Learn> for BlahJobs {
     type Result = MessageResult<Learn>;
@@ -478,9 +252,9 @@ impl Handler<Learn> for BlahJobs {
 /// A status or cancel of a job the state database has a record of.
 #[derive(Message)]
 #[rtype(result = "BlahResult")]
-struct KnownJob {
-    id: JobId,
-    command: BlahCommand,
+pub(crate) struct KnownJob {
+    pub(crate) id: JobId,
+    pub(crate) command: BlahCommand,
 }
 
 impl Handler<KnownJob> for BlahJobs {
@@ -496,7 +270,7 @@ impl Handler<KnownJob> for BlahJobs {
 /// A submit's attempt is recorded: its project actor takes it on.
 #[derive(Message)]
 #[rtype(result = "()")]
-struct Claimed(JobId);
+pub(crate) struct Claimed(pub(crate) JobId);
 
 impl Handler<Claimed> for BlahJobs {
     type Result = ();

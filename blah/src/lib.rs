@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch_zip;
+mod commands;
 pub mod container_image;
 pub mod job_records;
 pub mod jobs;

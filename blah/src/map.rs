@@ -286,7 +286,7 @@ pub fn sends_executable(ad: &ClassAd) -> bool {
     ad.get_bool("StageCmd") != Some(false) && ad.get_bool("TransferExecutable") != Some(false)
 }
 
-fn config_name(cfg: &BlahConfig) -> String {
+pub(crate) fn config_name(cfg: &BlahConfig) -> String {
     cfg.config_file.as_ref().map_or_else(|| "~/.config/boinc-gahp/config.toml".into(), |p| p.display().to_string())
 }
 
