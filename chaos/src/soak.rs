@@ -324,7 +324,7 @@ impl Soak<'_> {
     }
 
     fn send(&mut self, req: Request, what: Pending) -> Result<(), String> {
-        let Some(id) = reqid_of(&req) else { return Err("a request without an id".into()) };
+        let Some(id) = req.reqid().map(|r| r.0) else { return Err("a request without an id".into()) };
         self.g.submit_async(&req).map_err(io_err)?;
         self.c.requests += 1;
         self.pending.insert(id, (what, Instant::now()));
@@ -666,15 +666,6 @@ impl Soak<'_> {
         if !left.is_empty() {
             self.violations.push(format!("daemon processes left behind: {left:?}"));
         }
-    }
-}
-
-fn reqid_of(req: &Request) -> Option<u32> {
-    match req {
-        Request::Command { reqid, command: Command::Boinc(_), .. }
-        | Request::Command { reqid, command: Command::Blah(_), .. }
-        | Request::Command { reqid, command: Command::Sequence(_), .. } => Some(reqid.0),
-        _ => None,
     }
 }
 

@@ -43,6 +43,16 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// The request id of a request that has one (a command's).
+    pub fn reqid(&self) -> Option<ReqId> {
+        match self {
+            Request::Command { reqid, .. } => Some(*reqid),
+            _ => None,
+        }
+    }
+}
+
 /// Every asynchronous command of the three families, as one type: the
 /// session hands each to the one dispatch, which hands it to whoever
 /// answers it.

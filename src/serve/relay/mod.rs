@@ -38,7 +38,7 @@ use std::rc::Rc;
 
 use bytes::BytesMut;
 use futures_util::StreamExt;
-use gahp_protocol::gahp::{Command, Frame, LineFramer, Request};
+use gahp_protocol::gahp::{Frame, LineFramer};
 use gahp_session::session::{GahpDecoder, MAX_LINE};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio_util::codec::FramedRead;
@@ -139,16 +139,6 @@ struct Relay<R, W> {
 enum Event {
     Up(Option<io::Result<Frame>>),
     Down(io::Result<Option<Vec<u8>>>),
-}
-
-/// The request id of a request that has one.
-fn reqid_of(req: &Request) -> Option<u32> {
-    match req {
-        Request::Command { reqid, command: Command::Boinc(_), .. }
-        | Request::Command { reqid, command: Command::Blah(_), .. }
-        | Request::Command { reqid, command: Command::Sequence(_), .. } => Some(reqid.0),
-        _ => None,
-    }
 }
 
 /// Runs the connection after `AUTH` was answered `S`; `already` holds what

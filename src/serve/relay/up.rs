@@ -15,7 +15,7 @@ use gahp_session::session::POOL_PREFIX;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::link::Content;
-use super::{reqid_of, Expect, Manifest, Pending, Relay, FETCH_STDERR, MANIFEST, REMAPS, STDERR, STDOUT};
+use super::{Expect, Manifest, Pending, Relay, FETCH_STDERR, MANIFEST, REMAPS, STDERR, STDOUT};
 use crate::serve::files::{self, blah_job_dir, content_path, job_outputs, sequence_outputs};
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
@@ -30,7 +30,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Relay<R, W> {
             return self.refuse().await;
         }
         let req = gahp::request::parse(&line).ok();
-        let reqid = req.as_ref().and_then(reqid_of);
+        let reqid = req.as_ref().and_then(Request::reqid).map(|r| r.0);
         if let Some(id) = reqid {
             // Pending here: the server would take it for this request sent
             // again after a reconnection.
