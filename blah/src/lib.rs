@@ -1,12 +1,16 @@
 //! The BLAH_* front end (`grid_resource = batch boinc`): the dispatcher
-//! (`jobs`: BlahJobs), one actor per BOINC project on that project's tree
-//! (`project_jobs`: ProjectJobs), the job-ad mapping (`map`), the output
+//! (`jobs`: BlahJobs), the typed job its submit ad is read into (`job`),
+//! one actor per BOINC project on that project's tree
+//! (`project_jobs`: ProjectJobs), the job's mapping to BOINC (`map`, pure;
+//! its inputs' IO in `input_files`), the output
 //! delivery (`outputs`) and the durable job records (`job_records`).
 
 #![forbid(unsafe_code)]
 
 pub mod batch_zip;
 pub mod container_image;
+pub mod input_files;
+pub mod job;
 pub mod job_records;
 pub mod jobs;
 pub mod map;

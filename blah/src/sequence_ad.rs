@@ -8,6 +8,8 @@ use std::path::Path;
 use gahp_protocol::boinc::Templates;
 use gahp_protocol::classad::{ClassAd, Value};
 
+use crate::input_files;
+use crate::job::{checked, BlahJob};
 use crate::map::{self, MapError};
 use gahp_sequences::relocator::CreateSequence;
 use gahp_sequences::store::SequenceDef;
@@ -57,7 +59,7 @@ impl SequenceAdError {
 
 /// The sequence settings an ad gives, checked without the app's templates
 /// (so a bad value is refused at `BLAH_JOB_SUBMIT`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Settings {
     pub steps: u32,
     pub state_names: Vec<String>,
@@ -66,7 +68,7 @@ pub struct Settings {
     pub end_marker: Option<String>,
 }
 
-pub fn is_sequence(ad: &ClassAd) -> bool {
+fn is_sequence(ad: &ClassAd) -> bool {
     ad.get(STEPS).is_some()
 }
 
@@ -76,10 +78,14 @@ pub fn is_sequence(ad: &ClassAd) -> bool {
 /// BLAH front end's `name_prefix` (a served client's `<client>~`), so the
 /// sequence, and every step's BOINC batch and job, is named as the
 /// client's other jobs are.
-pub fn sequence_name(ad: &ClassAd, prefix: &str) -> Result<String, MapError> {
-    let dir = ad.get_str("JobDirectory").map(str::trim).filter(|d| !d.is_empty()).ok_or(MapError::Missing("JobDirectory"))?;
+pub fn sequence_name(job: &BlahJob, prefix: &str) -> String {
+    let dir = &job.job_dir;
     let plain = dir.len() <= 160 && dir.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    Ok(if plain { format!("{prefix}blah-{dir}") } else { format!("{prefix}blah-md5-{}", map::hex_md5(dir.as_bytes())) })
+    if plain {
+        format!("{prefix}blah-{dir}")
+    } else {
+        format!("{prefix}blah-md5-{}", map::hex_md5(dir.as_bytes()))
+    }
 }
 
 /// `None` for a job that is no sequence.
@@ -142,15 +148,15 @@ fn plain_file_name(name: &str) -> bool {
 /// among them as the initial state, the rest every step's own inputs;
 /// named with `prefix` (see [`sequence_name`]).
 pub fn create_sequence(
-    ad: &ClassAd,
+    job: &BlahJob,
     settings: &Settings,
-    app: &str,
     templates: &Templates,
     cfg: &BlahConfig,
 ) -> Result<CreateSequence, SequenceAdError> {
-    let name = sequence_name(ad, &cfg.name_prefix)?;
+    let name = sequence_name(job, &cfg.name_prefix);
+    let app = job.app()?.name.as_str();
     // Binds and checks the inputs and that the arguments can be carried.
-    let batch = map::submit_batch(ad, &name, app, templates, cfg, None)?;
+    let batch = input_files::stage(map::submit_batch(job, &name, templates, cfg)?, None)?;
     for state in &settings.state_names {
         if !templates.outputs.contains(state) {
             return Err(SequenceAdError::StateNotOutput { name: state.clone(), app: app.into(), outputs: templates.outputs.join(", ") });
@@ -180,7 +186,7 @@ pub fn create_sequence(
         max_attempts: settings.max_attempts,
         end_marker: settings.end_marker.clone(),
         state_names: settings.state_names.clone(),
-        args: map::arguments(ad)?,
+        args: checked(&job.args)?.clone(),
         inputs: own.into_iter().map(|f| (f.src, f.dst_name)).collect(),
         // Set by the caller for a job its pool placed.
         pool: None,
@@ -209,6 +215,15 @@ mod tests {
         ))
     }
 
+    /// The job of `a`, whose app is the stepper.
+    fn typed(a: &ClassAd) -> BlahJob {
+        BlahJob::parse(a, &BlahConfig { default_app: Some("stepper".into()), ..BlahConfig::default() }).unwrap()
+    }
+
+    fn create(a: &ClassAd, s: &Settings) -> Result<CreateSequence, SequenceAdError> {
+        create_sequence(&typed(a), s, &stepper(), &BlahConfig::default())
+    }
+
     fn seq_files() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("state"), "").unwrap();
@@ -233,7 +248,7 @@ mod tests {
             s,
             Settings { steps: 10, state_names: vec!["state".into()], max_step_time: 600, max_attempts: 3, end_marker: Some("DONE".into()) }
         );
-        let c = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap();
+        let c = create(&a, &s).unwrap();
         assert_eq!(c.steps, 10);
         assert_eq!(c.state_files, [(w.join("state"), "state".to_string())]);
         assert_eq!(
@@ -251,7 +266,7 @@ mod tests {
             }
         );
         // The same ad again (a release) gives the same definition: it resumes.
-        assert_eq!(create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap().def, c.def);
+        assert_eq!(create(&a, &s).unwrap().def, c.def);
     }
 
     #[test]
@@ -260,16 +275,15 @@ mod tests {
                     BoincStateFiles = \" state \" ]");
         let s = settings(&a).unwrap().unwrap();
         assert_eq!((s.max_step_time, s.max_attempts, s.end_marker), (DEFAULT_MAX_STEP_TIME, DEFAULT_MAX_ATTEMPTS, None));
-        let name = sequence_name(&a, "").unwrap();
+        let name = sequence_name(&typed(&a), "");
         assert!(name.starts_with("blah-md5-") && gahp_sequences::decide::bad_name(&name).is_none(), "{name}");
-        let plain = sequence_name(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]"), "").unwrap();
+        let plain = sequence_name(&typed(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]")), "");
         assert!(gahp_sequences::decide::bad_name(&plain).is_none(), "{plain}");
-        assert_eq!(sequence_name(&ad("[]"), ""), Err(MapError::Missing("JobDirectory")));
         // A served client's: its prefix, and still a name a sequence may have.
-        let served = sequence_name(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]"), "alice~").unwrap();
+        let served = sequence_name(&typed(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]")), "alice~");
         assert_eq!(served, "alice~blah-home_bl_x.0_1");
         assert!(gahp_sequences::decide::bad_name(&served).is_none(), "{served}");
-        assert!(sequence_name(&a, "alice~").unwrap().starts_with("alice~blah-md5-"));
+        assert!(sequence_name(&typed(&a), "alice~").starts_with("alice~blah-md5-"));
     }
 
     #[test]
@@ -302,12 +316,12 @@ mod tests {
         let dir = seq_files();
         let a = job(dir.path(), "BoincSequenceSteps = 2; BoincStateFiles = \"extra\"");
         let s = settings(&a).unwrap().unwrap();
-        let e = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap_err();
+        let e = create(&a, &s).unwrap_err();
         assert!(matches!(&e, SequenceAdError::StateNotOutput { name, .. } if name == "extra"), "{e}");
         std::fs::remove_file(dir.path().join("extra")).unwrap();
         let a = job(dir.path(), "BoincSequenceSteps = 2; BoincStateFiles = \"state\"");
         let s = settings(&a).unwrap().unwrap();
-        let e = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap_err();
+        let e = create(&a, &s).unwrap_err();
         assert!(matches!(e, SequenceAdError::Map(MapError::Input { .. })), "{e}");
     }
 }

@@ -24,6 +24,7 @@ use futures_util::StreamExt;
 use gahp_protocol::classad::{ClassAd, ClassAdError, Value, MAX_DEPTH};
 use tokio::io::AsyncReadExt;
 
+use crate::job::BlahJob;
 use gahp_project::rpc::{self, BodyError};
 use gahp_services::atomic_file;
 use gahp_services::config::{BlahConfig, DaemonConfig};
@@ -57,11 +58,9 @@ pub fn is_url(entry: &str) -> bool {
     entry.contains("://")
 }
 
-/// Every URL entry of the ads' `TransferInput`.
-pub fn urls_of<'a>(ads: impl IntoIterator<Item = &'a ClassAd>) -> BTreeSet<String> {
-    ads.into_iter()
-        .flat_map(|ad| ad.get_str("TransferInput").unwrap_or("").split(',').map(str::trim).filter(|e| is_url(e)).map(String::from))
-        .collect()
+/// Every URL entry of the jobs' `transfer_input_files`.
+pub fn urls_of<'a>(jobs: impl IntoIterator<Item = &'a BlahJob>) -> BTreeSet<String> {
+    jobs.into_iter().flat_map(|job| job.inputs.iter().filter(|e| is_url(e)).cloned()).collect()
 }
 
 /// Why a URL input has no file.
@@ -762,9 +761,10 @@ mod tests {
 
     #[test]
     fn the_urls_of_a_batch_are_its_members_url_entries_once_each() {
-        let a = ClassAd::parse("[ TransferInput = \"in, http://h/x, osdf:///n/y\" ]").unwrap();
-        let b = ClassAd::parse("[ TransferInput = \"http://h/x,other\" ]").unwrap();
-        let c = ClassAd::parse("[ Iwd = \"/\" ]").unwrap();
+        let job = |t: &str| BlahJob::parse(&ClassAd::parse(t).unwrap(), &BlahConfig::default()).unwrap();
+        let a = job("[ JobDirectory = \"a\"; TransferInput = \"in, http://h/x, osdf:///n/y\" ]");
+        let b = job("[ JobDirectory = \"b\"; TransferInput = \"http://h/x,other\" ]");
+        let c = job("[ JobDirectory = \"c\"; Iwd = \"/\" ]");
         let urls: Vec<String> = urls_of([&a, &b, &c]).into_iter().collect();
         assert_eq!(urls, ["http://h/x", "osdf:///n/y"]);
     }
