@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use gahp_protocol::classad::{self, ArgsError, ClassAd, Value};
 use serde::{Deserialize, Serialize};
 
-use crate::map::{self, MapError, ProjectChoice};
-use crate::sequence_ad::{self, SequenceAdError, Settings};
+use crate::map_error::{config_name, MapError};
+use crate::sequence_settings::{self, SequenceAdError, Settings};
 use gahp_services::config::BlahConfig;
 
 /// A value of the ad, or the message of its problem (a `MapError`'s text;
@@ -135,7 +135,7 @@ impl BlahJob {
     /// one place a job's app is chosen.
     pub fn parse(ad: &ClassAd, cfg: &BlahConfig) -> Result<BlahJob, Refused> {
         let job_dir = non_empty(ad, "JobDirectory").ok_or(Refused::Map(MapError::Missing("JobDirectory")))?.to_string();
-        let sequence = sequence_ad::settings(ad).map_err(Refused::Sequence)?;
+        let sequence = sequence_settings::settings(ad).map_err(Refused::Sequence)?;
         let named = |n: &str| non_empty(ad, n).is_some();
         let path = |name| ad.get_str(name).map(str::trim).filter(|p| !p.is_empty() && *p != "/dev/null").map(String::from);
         let expr_text = |name: &str| match ad.get(name)? {
@@ -144,8 +144,8 @@ impl BlahJob {
             other => Some(other.to_string()),
         };
         Ok(BlahJob {
-            condor_job: map::condor_job_id(ad),
-            project: text(map::choose_project(ad, cfg)),
+            condor_job: condor_job_id(ad),
+            project: text(choose_project(ad, cfg)),
             names_project: named("BoincProjectUrl") || named("BoincAuthenticatorFile"),
             app: text(choose_app(ad, cfg)),
             iwd: ad.get_str("Iwd").map(PathBuf::from),
@@ -243,23 +243,23 @@ fn choose_app(ad: &ClassAd, cfg: &BlahConfig) -> Result<AppChoice, MapError> {
     if let Some(image) = non_empty(ad, "ContainerImage") {
         return match cfg.container_runner_app.as_deref().filter(|a| !a.is_empty()) {
             Some(runner) => chosen(runner, AppSource::ContainerRunnerApp),
-            None => Err(MapError::NoContainerRunner { image: image.to_string(), config: map::config_name(cfg) }),
+            None => Err(MapError::NoContainerRunner { image: image.to_string(), config: config_name(cfg) }),
         };
     }
     let cmd = non_empty(ad, "Cmd");
     if let Some(cmd) = cmd.filter(|_| sends_executable(ad)) {
         return match cfg.runner_app.as_deref().filter(|a| !a.is_empty()) {
             Some(runner) => chosen(runner, AppSource::RunnerApp),
-            None => Err(MapError::NoRunner { exe: cmd.to_string(), config: map::config_name(cfg) }),
+            None => Err(MapError::NoRunner { exe: cmd.to_string(), config: config_name(cfg) }),
         };
     }
     if let Some(app) = cfg.default_app.as_deref().filter(|a| !a.is_empty()) {
         return chosen(app, AppSource::DefaultApp);
     }
     let base = cmd.and_then(|c| Path::new(c).file_name()).map(|b| b.to_string_lossy().into_owned());
-    match base.filter(|b| map::plain(b)) {
+    match base.filter(|b| plain(b)) {
         Some(app) => chosen(&app, AppSource::ExecutableName),
-        None => Err(MapError::NoApp { config: map::config_name(cfg) }),
+        None => Err(MapError::NoApp { config: config_name(cfg) }),
     }
 }
 
@@ -338,6 +338,64 @@ fn remaps(ad: &ClassAd) -> Result<Vec<(String, String)>, MapError> {
         }
     }
     Ok(remaps)
+}
+
+/// Which project a job goes to: the config's, or the job's own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProjectChoice {
+    pub url: String,
+    pub authenticator_file: PathBuf,
+    pub overridden: bool,
+}
+
+pub fn choose_project(ad: &ClassAd, cfg: &BlahConfig) -> Result<ProjectChoice, MapError> {
+    let url = non_empty(ad, "BoincProjectUrl");
+    let file = non_empty(ad, "BoincAuthenticatorFile");
+    let overridden = url.is_some() || file.is_some();
+    if overridden && !cfg.allow_project_override {
+        return Err(MapError::OverrideRefused { config: config_name(cfg) });
+    }
+    let iwd = ad.get_str("Iwd").map(PathBuf::from).unwrap_or_default();
+    let url = url.map(str::to_string).or_else(|| cfg.project_url.clone());
+    let file = file.map(|f| iwd.join(f)).or_else(|| cfg.authenticator_file.clone());
+    match (url, file) {
+        (Some(url), Some(authenticator_file)) => Ok(ProjectChoice { url: normalize_url(&url), authenticator_file, overridden }),
+        _ => Err(MapError::NoProject { config: config_name(cfg) }),
+    }
+}
+
+/// Script names are appended to the URL: it must end with `/`.
+pub fn normalize_url(url: &str) -> String {
+    let url = url.trim();
+    if url.ends_with('/') {
+        url.to_string()
+    } else {
+        format!("{url}/")
+    }
+}
+
+/// The HTCondor job id (`cluster.proc`) of a BLAH submit ad, for the log:
+/// `ClusterId` and `ProcId` when the ad has them, else the field the
+/// gridmanager puts in `JobDirectory` (`home_bl_<schedd>_<cluster>.<proc>_<qdate>`).
+pub fn condor_job_id(ad: &ClassAd) -> Option<String> {
+    if let (Some(cluster), Some(proc)) = (ad.get_int("ClusterId"), ad.get_int("ProcId")) {
+        return Some(format!("{cluster}.{proc}"));
+    }
+    condor_job_id_of_dir(ad.get_str("JobDirectory")?)
+}
+
+/// The `<cluster>.<proc>` of a gridmanager's `JobDirectory`.
+pub fn condor_job_id_of_dir(dir: &str) -> Option<String> {
+    let mut fields = dir.rsplit('_');
+    let (_qdate, id) = (fields.next()?, fields.next()?);
+    let (cluster, proc) = id.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(cluster) && digits(proc)).then(|| id.to_string())
+}
+
+/// A name of letters, digits, `.`, `_` and `-` only.
+pub(crate) fn plain(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 fn non_empty<'a>(ad: &'a ClassAd, name: &str) -> Option<&'a str> {

@@ -8,13 +8,14 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use gahp_protocol::boinc::command_line::{self, ArgRefused};
+use gahp_protocol::boinc::command_line;
 use gahp_protocol::boinc::Templates;
-use gahp_protocol::classad::{ArgsError, ClassAd};
 use gahp_protocol::gahp::{JobParams, JobSpec, ParamValue, SubmitBatch};
-use serde::{Deserialize, Serialize};
 
-use crate::job::{checked, AppSource, BlahJob};
+use crate::job::{checked, plain, AppSource, BlahJob};
+pub use crate::job::{condor_job_id_of_dir, normalize_url};
+use crate::map_error::config_name;
+pub use crate::map_error::MapError;
 use crate::runner;
 use crate::url_inputs::{self, UrlInputs};
 use gahp_services::config::{BlahConfig, EnvironmentPolicy, UnpackLimits};
@@ -90,29 +91,6 @@ pub fn dir_token_of(id: &str) -> Option<&str> {
     (!token.is_empty() && plain(token)).then_some(token)
 }
 
-pub(crate) fn plain(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-}
-
-/// The HTCondor job id (`cluster.proc`) of a BLAH submit ad, for the log:
-/// `ClusterId` and `ProcId` when the ad has them, else the field the
-/// gridmanager puts in `JobDirectory` (`home_bl_<schedd>_<cluster>.<proc>_<qdate>`).
-pub fn condor_job_id(ad: &ClassAd) -> Option<String> {
-    if let (Some(cluster), Some(proc)) = (ad.get_int("ClusterId"), ad.get_int("ProcId")) {
-        return Some(format!("{cluster}.{proc}"));
-    }
-    condor_job_id_of_dir(ad.get_str("JobDirectory")?)
-}
-
-/// The `<cluster>.<proc>` of a gridmanager's `JobDirectory`.
-pub fn condor_job_id_of_dir(dir: &str) -> Option<String> {
-    let mut fields = dir.rsplit('_');
-    let (_qdate, id) = (fields.next()?, fields.next()?);
-    let (cluster, proc) = id.split_once('.')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(cluster) && digits(proc)).then(|| id.to_string())
-}
-
 /// 12 hex digits naming a (project URL, authenticator file) pair in ids.
 pub fn project_key(url: &str, authenticator_file: &Path) -> String {
     let mut bytes = normalize_url(url).into_bytes();
@@ -122,142 +100,6 @@ pub fn project_key(url: &str, authenticator_file: &Path) -> String {
 }
 
 pub(crate) use gahp_services::file_stager::hex_md5;
-
-/// Script names are appended to the URL: it must end with `/`.
-pub fn normalize_url(url: &str) -> String {
-    let url = url.trim();
-    if url.ends_with('/') {
-        url.to_string()
-    } else {
-        format!("{url}/")
-    }
-}
-
-/// Why a job cannot go to BOINC as submitted. Each message says what to
-/// change; it becomes the job's HoldReason.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum MapError {
-    #[error("the submit ClassAd has no {0} (a gridmanager bug?)")]
-    Missing(&'static str),
-    #[error(
-        "no BOINC project configured: set project_url and authenticator_file in the [blah] section of {config}, \
-         or +remote_BoincProjectUrl and +remote_BoincAuthenticatorFile in the submit file"
-    )]
-    NoProject { config: String },
-    #[error(
-        "this job names its own BOINC project, which {config} forbids (allow_project_override = false): \
-         remove +remote_BoincProjectUrl and +remote_BoincAuthenticatorFile"
-    )]
-    OverrideRefused { config: String },
-    #[error(
-        "no BOINC app chosen: set +remote_BoincApp = \"<app>\" or batch_queue = <app> in the submit file, \
-         or default_app in the [blah] section of {config}"
-    )]
-    NoApp { config: String },
-    #[error(
-        "this job sends its own executable {exe}, and no runner app is configured to run it: set runner_app in \
-         {config} (docs/runner.md), or name a BOINC app with +remote_BoincApp"
-    )]
-    NoRunner { exe: String, config: String },
-    #[error(
-        "this job runs in the container image {image}, and no container runner app is configured: set \
-         container_runner_app in the [blah] section of {config} (docs/runner.md \"Containers\")"
-    )]
-    NoContainerRunner { image: String, config: String },
-    #[error(
-        "app {app} can't run the job in its container image {image}: only a runner app declared with container = true in \
-         [blah.apps.{app}] of {config} can (docs/runner.md \"Containers\")"
-    )]
-    NotAContainerRunner { app: String, image: String, config: String },
-    #[error("app {0} runs jobs in container images, and this job names none: set container_image in the submit file")]
-    NoImage(String),
-    #[error(
-        "the container image {image:?} is not an image reference ({why}): set container_image to a name such as \
-         registry.example.org/group/name:tag or docker://name:tag (docs/runner.md \"Containers\")"
-    )]
-    BadImage { image: String, why: String },
-    #[error("app {app} is not a runner (its inputs are {inputs}; a runner's are condor_exec.exe, condor_job.zip): {why}")]
-    NotARunner { app: String, inputs: String, why: &'static str },
-    #[error("app {0} is a runner: it needs the job's executable, but the job does not send it (transfer_executable = false)")]
-    RunnerWithoutExecutable(String),
-    #[error("the executable {path} can't be sent: {problem}")]
-    Executable { path: String, problem: String },
-    #[error(
-        "app {app} can't give the job its environment ({names}): only a runner app can (docs/runner.md); remove \
-         environment and getenv from the submit file, or have the admin set environment = \"ignore\" for the app"
-    )]
-    Environment { app: String, names: String },
-    #[error("the environment variable {0} has a line break in its value, which a runner can't carry")]
-    EnvironmentLine(String),
-    #[error("can't parse {attr} ({err}): fix the submit file's environment")]
-    BadEnvironment { attr: &'static str, err: ArgsError },
-    #[error(
-        "the job asks for {asked} {what}, and app {app} provides {has} (its {key} in [blah.apps.{app}] of {config}): \
-         lower request_{what} or send the job to an app that provides them"
-    )]
-    Request { what: &'static str, asked: i64, has: u32, app: String, key: &'static str, config: String },
-    #[error("{attr} = {value} is not a positive number")]
-    BadRequest { attr: &'static str, value: String },
-    #[error("{0}")]
-    Archive(String),
-    #[error("can't parse {attr} ({err}): fix the submit file's arguments")]
-    BadArgs { attr: &'static str, err: ArgsError },
-    #[error("{0}: change the submit file's arguments")]
-    Unquotable(#[from] ArgRefused),
-    #[error("input file {path} ({from}) {problem}")]
-    Input { path: String, from: &'static str, problem: String },
-    #[error(
-        "can't tell which input file is which: app {app} takes {inputs}; {problem}. Name each file in \
-         transfer_input_files after the app input it is for, or give the one input as input = <file>"
-    )]
-    Binding { app: String, inputs: String, problem: String },
-    #[error("app {app} has no output named {name} (transfer_output_files); its outputs are: {outputs}")]
-    NoSuchOutput { app: String, name: String, outputs: String },
-    #[error("bad transfer_output_remaps entry {0:?}: expected name=path")]
-    BadRemap(String),
-    /// A problem found when the submit ad was read (`crate::job`): its text.
-    #[error("{0}")]
-    InAd(String),
-}
-
-impl MapError {
-    /// The job's HoldReason: the problem, then how to go on.
-    pub fn hold_reason(&self) -> String {
-        format!("{self}; then condor_release the job")
-    }
-}
-
-/// Which project a job goes to: the config's, or the job's own.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProjectChoice {
-    pub url: String,
-    pub authenticator_file: PathBuf,
-    pub overridden: bool,
-}
-
-pub fn choose_project(ad: &ClassAd, cfg: &BlahConfig) -> Result<ProjectChoice, MapError> {
-    let url = non_empty(ad, "BoincProjectUrl");
-    let file = non_empty(ad, "BoincAuthenticatorFile");
-    let overridden = url.is_some() || file.is_some();
-    if overridden && !cfg.allow_project_override {
-        return Err(MapError::OverrideRefused { config: config_name(cfg) });
-    }
-    let iwd = ad.get_str("Iwd").map(PathBuf::from).unwrap_or_default();
-    let url = url.map(str::to_string).or_else(|| cfg.project_url.clone());
-    let file = file.map(|f| iwd.join(f)).or_else(|| cfg.authenticator_file.clone());
-    match (url, file) {
-        (Some(url), Some(authenticator_file)) => Ok(ProjectChoice { url: normalize_url(&url), authenticator_file, overridden }),
-        _ => Err(MapError::NoProject { config: config_name(cfg) }),
-    }
-}
-
-pub(crate) fn config_name(cfg: &BlahConfig) -> String {
-    cfg.config_file.as_ref().map_or_else(|| "~/.config/boinc-gahp/config.toml".into(), |p| p.display().to_string())
-}
-
-fn non_empty<'a>(ad: &'a ClassAd, name: &str) -> Option<&'a str> {
-    ad.get_str(name).map(str::trim).filter(|s| !s.is_empty())
-}
 
 /// What a job's batch shares with every other job of it (submit_batch's
 /// parameters are batch-wide): its app and its requests. `None` if it has
@@ -615,14 +457,14 @@ pub fn std_streams(job: &BlahJob) -> Result<(PathBuf, Option<PathBuf>, Option<Pa
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ad(text: &str) -> ClassAd {
+    pub(crate) fn ad(text: &str) -> ClassAd {
         ClassAd::parse(text).unwrap()
     }
 
-    fn cfg() -> BlahConfig {
+    pub(crate) fn cfg() -> BlahConfig {
         BlahConfig {
             project_url: Some("http://p.example/proj".into()),
             authenticator_file: Some("/home/u/.boinc/auth".into()),
@@ -630,14 +472,14 @@ mod tests {
         }
     }
 
-    fn templates(inputs: &[&str]) -> Templates {
+    pub(crate) fn templates(inputs: &[&str]) -> Templates {
         Templates { inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: vec![] }
     }
 
     /// The typed job of `a` (a `JobDirectory` added if it has none),
     /// running `app`: the app it chooses if that is `app`, else as if it
     /// named `app`.
-    fn typed(a: &ClassAd, app: &str, cfg: &BlahConfig) -> BlahJob {
+    pub(crate) fn typed(a: &ClassAd, app: &str, cfg: &BlahConfig) -> BlahJob {
         let mut a = a.clone();
         if a.get("JobDirectory").is_none() {
             a.insert("JobDirectory", gahp_protocol::classad::Value::Str("d".into()));
@@ -649,45 +491,19 @@ mod tests {
         job
     }
 
-    /// The ad's job mapped (pure) and its inputs staged (IO).
-    fn submit_batch(
-        a: &ClassAd,
-        batch: &str,
-        app: &str,
-        templates: &Templates,
-        cfg: &BlahConfig,
-        scratch: Option<&Path>,
-    ) -> Result<SubmitBatch, MapError> {
-        let urls = UrlInputs::refused("is a URL, and a work sequence job takes local files only: give local files");
-        submit_batch_with_urls(a, batch, app, templates, cfg, scratch, &urls)
-    }
-
-    fn submit_batch_with_urls(
-        a: &ClassAd,
-        batch: &str,
-        app: &str,
-        templates: &Templates,
-        cfg: &BlahConfig,
-        scratch: Option<&Path>,
-        urls: &UrlInputs,
-    ) -> Result<SubmitBatch, MapError> {
-        let mapped = super::submit_batch_with_urls(&typed(a, app, cfg), batch, templates, cfg, urls)?;
-        crate::input_files::stage(mapped, scratch)
-    }
-
     fn output_plan(a: &ClassAd, app: &str, outputs: &[String]) -> Result<OutputPlan, MapError> {
         super::output_plan(&typed(a, app, &cfg()), app, outputs)
     }
 
     /// The app a job of `a` runs (a `JobDirectory` added), or why none.
-    fn app_of(a: &ClassAd, cfg: &BlahConfig) -> Result<(String, &'static str), String> {
+    pub(crate) fn app_of(a: &ClassAd, cfg: &BlahConfig) -> Result<(String, &'static str), String> {
         let mut a = a.clone();
         a.insert("JobDirectory", gahp_protocol::classad::Value::Str("d".into()));
         BlahJob::parse(&a, cfg).unwrap().app.map(|app| (app.name, app.source.as_str()))
     }
 
-    use crate::job::environment;
-    use gahp_protocol::gahp::InputFile;
+    use crate::job::{choose_project, condor_job_id};
+    use gahp_protocol::classad::ClassAd;
 
     #[test]
     fn the_mapping_is_pure_and_names_each_input_source_before_any_file_is_read() {
@@ -700,8 +516,6 @@ mod tests {
         assert_eq!(names, [("a", "transfer_input_files"), ("b", "transfer_input_files"), ("stdin", "input")]);
         assert!(mapped.batch.jobs[0].inputs.is_empty(), "staged later");
         assert_eq!((mapped.batch.app_name.as_str(), mapped.batch.jobs[0].name.as_str()), ("u", "n"));
-        let e = crate::input_files::stage(mapped, None).unwrap_err();
-        assert!(matches!(&e, MapError::Input { path, .. } if path == "/nowhere/a"), "{e}");
         // A runner job: its executable and archive sources, in order.
         let r = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
         let a = ad("[ JobDirectory = \"d\"; Iwd = \"/w\"; Cmd = \"x.sh\"; TransferInput = \"dir/, f\"; Environment = \"A=1\" ]");
@@ -773,186 +587,6 @@ mod tests {
         let none = BlahConfig::default();
         let e = choose_project(&ad("[ Iwd = \"/w\" ]"), &none).unwrap_err();
         assert!(e.to_string().contains("project_url"), "{e}");
-    }
-
-    #[test]
-    fn requests_become_bounds_or_holds() {
-        let c = BlahConfig {
-            apps: [("gpu".to_string(), gahp_services::config::AppConfig { cpus: 4, gpus: 1, flops: 2e9, ..Default::default() })].into(),
-            ..cfg()
-        };
-        let a = ad("[ Iwd = \"/\"; RequestMemory = 64; RequestDisk = 1024; BatchRuntime = 60; RequestCpus = 4; GPUNumber = 1 ]");
-        let b = submit_batch(&a, "n", "gpu", &templates(&[]), &c, None).unwrap();
-        assert_eq!(b.params.rsc_memory_bound, ParamValue::Value(64.0 * 1048576.0));
-        assert_eq!(b.params.rsc_disk_bound, ParamValue::Value(1024.0 * 1024.0));
-        assert_eq!(b.params.rsc_fpops_bound, ParamValue::Value(120e9));
-        let e = submit_batch(&a, "n", "plain", &templates(&[]), &c, None).unwrap_err();
-        assert!(matches!(&e, MapError::Request { what: "cpus", asked: 4, has: 1, .. }), "{e}");
-        let gpu_only = ad("[ Iwd = \"/\"; GPUNumber = 2 ]");
-        let e = submit_batch(&gpu_only, "n", "gpu", &templates(&[]), &c, None).unwrap_err();
-        assert!(e.to_string().contains("asks for 2 gpus") && e.to_string().contains("provides 1"), "{e}");
-        let e = submit_batch(&ad("[ Iwd = \"/\"; RequestDisk = -5 ]"), "n", "u", &templates(&[]), &c, None).unwrap_err();
-        assert_eq!(e.to_string(), "RequestDisk = -5 is not a positive number");
-    }
-
-    #[test]
-    fn an_app_that_is_not_a_runner_holds_an_environment_unless_told_to_drop_it() {
-        let a = ad("[ Iwd = \"/\"; Environment = \"FOO=bar B='x y'\" ]");
-        let e = submit_batch(&a, "n", "u", &templates(&[]), &cfg(), None).unwrap_err();
-        assert!(e.to_string().contains("(FOO, B)"), "{e}");
-        let ignore = gahp_services::config::AppConfig { environment: EnvironmentPolicy::Ignore, ..Default::default() };
-        let c = BlahConfig { apps: [("u".to_string(), ignore)].into(), ..cfg() };
-        assert!(submit_batch(&a, "n", "u", &templates(&[]), &c, None).is_ok());
-        assert!(submit_batch(&ad("[ Iwd = \"/\"; Environment = \"\" ]"), "n", "u", &templates(&[]), &cfg(), None).is_ok());
-        let v1 = ad("[ Env = \"A=1;B=2\" ]");
-        assert_eq!(environment(&v1).unwrap(), [("A".to_string(), "1".to_string()), ("B".to_string(), "2".to_string())]);
-    }
-
-    #[test]
-    fn a_container_job_runs_in_its_image_at_a_container_runner_or_is_held() {
-        let dir = tempfile::tempdir().unwrap();
-        let w = dir.path();
-        std::fs::write(w.join("run.sh"), "#!/bin/sh\n").unwrap();
-        let job = ad(&format!("[ Iwd = \"{}\"; Cmd = \"run.sh\"; ContainerImage = \"docker://python:3.12\" ]", w.display()));
-        let runner_t = Templates { inputs: vec![runner::EXE_INPUT.into(), runner::JOB_ZIP.into()], outputs: vec![runner::OUT_ZIP.into()] };
-        // A plain runner never runs it outside the container.
-        let plain = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
-        assert!(app_of(&job, &plain).unwrap_err().contains("no container runner app is configured"));
-        let e = submit_batch(&job, "n", "runner", &runner_t, &plain, Some(w)).unwrap_err();
-        assert!(matches!(e, MapError::NotAContainerRunner { .. }), "{e}");
-        let box_ = gahp_services::config::AppConfig { container: true, ..Default::default() };
-        let c = BlahConfig { container_runner_app: Some("docker".into()), apps: [("docker".to_string(), box_)].into(), ..plain };
-        assert_eq!(app_of(&job, &c).unwrap(), ("docker".into(), "container_runner_app"));
-        let b = submit_batch(&job, "n", "docker", &runner_t, &c, Some(&w.join("s"))).unwrap();
-        let zip = std::fs::File::open(&b.jobs[0].inputs[1].src).unwrap();
-        let mut zip = zip::ZipArchive::new(zip).unwrap();
-        let mut image = String::new();
-        std::io::Read::read_to_string(&mut zip.by_name(runner::IMAGE_FILE).unwrap(), &mut image).unwrap();
-        assert_eq!(image, "docker://python:3.12\n");
-        // A container runner runs nothing without an image.
-        let bare = ad(&format!("[ Iwd = \"{}\"; Cmd = \"run.sh\"; BoincApp = \"docker\" ]", w.display()));
-        assert!(matches!(submit_batch(&bare, "n", "docker", &runner_t, &c, Some(w)), Err(MapError::NoImage(_))));
-    }
-
-    #[test]
-    fn a_runner_job_sends_its_executable_and_an_archive() {
-        let dir = tempfile::tempdir().unwrap();
-        let w = dir.path();
-        std::fs::write(w.join("analyze.sh"), "#!/bin/sh\n").unwrap();
-        std::fs::write(w.join("in"), "data").unwrap();
-        let runner_t = Templates { inputs: vec![runner::EXE_INPUT.into(), runner::JOB_ZIP.into()], outputs: vec![runner::OUT_ZIP.into()] };
-        let c = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
-        let job = |extra: &str| {
-            ad(&format!(
-                "[ Iwd = \"{}\"; Cmd = \"{}/analyze.sh\"; TransferInput = \"in\"; Environment = \"FOO=bar\"; {extra} ]",
-                w.display(),
-                w.display()
-            ))
-        };
-        let scratch = w.join("scratch");
-        let one = submit_batch(&job(""), "n", "runner", &runner_t, &c, Some(&scratch)).unwrap();
-        let two = submit_batch(&job(""), "m", "runner", &runner_t, &c, Some(&scratch)).unwrap();
-        let inputs = &one.jobs[0].inputs;
-        assert_eq!(inputs[0], InputFile { src: w.join("analyze.sh"), dst_name: runner::EXE_INPUT.into() });
-        assert_eq!(inputs[1].dst_name, runner::JOB_ZIP);
-        assert_eq!(inputs[1].src, two.jobs[0].inputs[1].src, "one archive for the same inputs");
-        let e = submit_batch(&job("TransferExecutable = false"), "n", "runner", &runner_t, &c, Some(&scratch)).unwrap_err();
-        assert!(matches!(e, MapError::RunnerWithoutExecutable(_)), "{e}");
-        let gone = ad(&format!("[ Iwd = \"{}\"; Cmd = \"nope.sh\" ]", w.display()));
-        let e = submit_batch(&gone, "n", "runner", &runner_t, &c, Some(&scratch)).unwrap_err();
-        assert!(e.to_string().contains("nope.sh can't be sent"), "{e}");
-        // runner_app names an app that is no runner.
-        let e = submit_batch(&job(""), "n", "runner", &templates(&["in"]), &c, Some(&scratch)).unwrap_err();
-        assert!(matches!(e, MapError::NotARunner { .. }), "{e}");
-    }
-
-    #[test]
-    fn uncarriable_arguments_are_a_hold_naming_the_argument() {
-        let a = ad("[ Iwd = \"/\"; Arguments = \"ok 'it''s \\\"here\\\"'\" ]");
-        let e = submit_batch(&a, "n", "u", &templates(&[]), &cfg(), None).unwrap_err();
-        let reason = e.hold_reason();
-        assert!(reason.contains("argument 2 (\"it's \\\"here\\\"\")") && reason.contains("both ' and \""), "{reason}");
-    }
-
-    #[test]
-    fn inputs_bind_by_name_then_by_elimination() {
-        let dir = tempfile::tempdir().unwrap();
-        let w = dir.path();
-        for f in ["a", "b", "data.txt", "stdin.txt"] {
-            std::fs::write(w.join(f), f).unwrap();
-        }
-        let iwd = w.display();
-        let job = |extra: &str| ad(&format!("[ Iwd = \"{iwd}\"; In = \"/dev/null\"; Arguments = \"x 'y z'\"; {extra} ]"));
-        let b = submit_batch(&job("TransferInput = \"b, a\""), "n", "concat", &templates(&["a", "b"]), &cfg(), None).unwrap();
-        let got: Vec<_> = b.jobs[0].inputs.iter().map(|i| (i.src.clone(), i.dst_name.clone())).collect();
-        assert_eq!(got, [(w.join("a"), "a".to_string()), (w.join("b"), "b".to_string())]);
-        assert_eq!(b.jobs[0].args, ["x", "&#39;y z&#39;"]);
-        assert_eq!(b.jobs[0].name, "n");
-
-        // The one leftover input takes the one leftover file, or In.
-        let b = submit_batch(&job("TransferInput = \"data.txt\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap();
-        assert_eq!(b.jobs[0].inputs[0].src, w.join("data.txt"));
-        let b = submit_batch(&job("In = \"stdin.txt\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap();
-        assert_eq!(b.jobs[0].inputs[0].src, w.join("stdin.txt"));
-
-        let e = submit_batch(&job("TransferInput = \"data.txt,a\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
-        assert!(e.to_string().contains("no input name matches"), "{e}");
-        let e = submit_batch(&job(""), "n", "concat", &templates(&["a", "b"]), &cfg(), None).unwrap_err();
-        assert!(e.to_string().contains("no file for a, b"), "{e}");
-        let e = submit_batch(&job("TransferInput = \"missing\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
-        assert!(matches!(e, MapError::Input { .. }), "{e}");
-        let e = submit_batch(&job("TransferInput = \"d/\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
-        assert!(e.to_string().contains("directory"), "{e}");
-    }
-
-    #[test]
-    fn a_fetched_url_is_an_input_under_its_last_path_segment_and_a_failed_one_holds_the_job() {
-        let dir = tempfile::tempdir().unwrap();
-        let w = dir.path();
-        std::fs::write(w.join("run.sh"), "#!/bin/sh\n").unwrap();
-        std::fs::write(w.join("in"), "local").unwrap();
-        std::fs::write(w.join("fetched"), "from the web").unwrap();
-        let (ok, gone) = ("http://h.example/d/data.txt?sig=s", "http://h.example/gone");
-        let urls = UrlInputs::fetched(
-            [(ok.to_string(), Ok(w.join("fetched"))), (gone.to_string(), Err("HTTP status 404 (Not Found)".to_string()))].into(),
-        );
-        let job = |inputs: &str| ad(&format!("[ Iwd = \"{}\"; Cmd = \"run.sh\"; TransferInput = \"{inputs}\" ]", w.display()));
-        // A runner job: in its archive under the URL's name.
-        let runner_t = Templates { inputs: vec![runner::EXE_INPUT.into(), runner::JOB_ZIP.into()], outputs: vec![runner::OUT_ZIP.into()] };
-        let c = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
-        let scratch = w.join("scratch");
-        let b = submit_batch_with_urls(&job(&format!("in, {ok}")), "n", "runner", &runner_t, &c, Some(&scratch), &urls).unwrap();
-        let mut zip = zip::ZipArchive::new(std::fs::File::open(&b.jobs[0].inputs[1].src).unwrap()).unwrap();
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut zip.by_name("data.txt").unwrap(), &mut text).unwrap();
-        assert_eq!(text, "from the web");
-        assert!(zip.by_name("in").is_ok());
-        let e = submit_batch_with_urls(&job(&format!("in, {gone}")), "n", "runner", &runner_t, &c, Some(&scratch), &urls).unwrap_err();
-        assert_eq!(e.to_string(), "input file http://h.example/gone (transfer_input_files) can't be fetched: HTTP status 404 (Not Found)");
-        // An app's input: bound by that name, or by elimination.
-        let b = submit_batch_with_urls(&job(ok), "n", "u", &templates(&["data.txt"]), &cfg(), None, &urls).unwrap();
-        assert_eq!(b.jobs[0].inputs, [InputFile { src: w.join("fetched"), dst_name: "data.txt".into() }]);
-        let b = submit_batch_with_urls(&job(ok), "n", "u", &templates(&["in"]), &cfg(), None, &urls).unwrap();
-        assert_eq!(b.jobs[0].inputs, [InputFile { src: w.join("fetched"), dst_name: "in".into() }]);
-        let e = submit_batch_with_urls(&job(&format!("in,{ok}")), "n", "u", &templates(&["x"]), &cfg(), None, &urls).unwrap_err();
-        assert!(e.to_string().contains("http://h.example/d/data.txt?…"), "named as the URL, without its query: {e}");
-        let e = submit_batch_with_urls(&job(gone), "n", "u", &templates(&["in"]), &cfg(), None, &urls).unwrap_err();
-        assert!(matches!(&e, MapError::Input { path, .. } if path == gone), "{e}");
-        // Without fetching (a work sequence), a URL is refused.
-        let e = submit_batch(&job(ok), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
-        assert!(e.to_string().contains("local files only"), "{e}");
-    }
-
-    #[test]
-    fn memory_and_v1_args() {
-        let a = ad("[ Iwd = \"/\"; Args = \"-n  5\"; RequestMemory = 64 ]");
-        let b = submit_batch(&a, "n", "u", &templates(&[]), &cfg(), None).unwrap();
-        assert_eq!(b.jobs[0].args, ["-n", "5"]);
-        assert_eq!(b.params.rsc_memory_bound, ParamValue::Value(64.0 * 1048576.0));
-        assert!(matches!(
-            submit_batch(&ad("[ Iwd = \"/\"; Arguments = \"'\" ]"), "n", "u", &templates(&[]), &cfg(), None),
-            Err(MapError::InAd(e)) if e.starts_with("can't parse Arguments")
-        ));
     }
 
     #[test]

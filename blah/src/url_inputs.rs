@@ -24,7 +24,6 @@ use futures_util::StreamExt;
 use gahp_protocol::classad::{ClassAd, ClassAdError, Value, MAX_DEPTH};
 use tokio::io::AsyncReadExt;
 
-use crate::job::BlahJob;
 use gahp_project::rpc::{self, BodyError};
 use gahp_services::atomic_file;
 use gahp_services::config::{BlahConfig, DaemonConfig};
@@ -58,9 +57,9 @@ pub fn is_url(entry: &str) -> bool {
     entry.contains("://")
 }
 
-/// Every URL entry of the jobs' `transfer_input_files`.
-pub fn urls_of<'a>(jobs: impl IntoIterator<Item = &'a BlahJob>) -> BTreeSet<String> {
-    jobs.into_iter().flat_map(|job| job.inputs.iter().filter(|e| is_url(e)).cloned()).collect()
+/// Every URL among `transfer_input_files` entries (of a batch's jobs).
+pub fn urls_of<'a>(entries: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
+    entries.into_iter().filter(|e| is_url(e)).map(String::from).collect()
 }
 
 /// Why a URL input has no file.
@@ -761,11 +760,9 @@ mod tests {
 
     #[test]
     fn the_urls_of_a_batch_are_its_members_url_entries_once_each() {
-        let job = |t: &str| BlahJob::parse(&ClassAd::parse(t).unwrap(), &BlahConfig::default()).unwrap();
-        let a = job("[ JobDirectory = \"a\"; TransferInput = \"in, http://h/x, osdf:///n/y\" ]");
-        let b = job("[ JobDirectory = \"b\"; TransferInput = \"http://h/x,other\" ]");
-        let c = job("[ JobDirectory = \"c\"; Iwd = \"/\" ]");
-        let urls: Vec<String> = urls_of([&a, &b, &c]).into_iter().collect();
+        // Two jobs' entries, as the typed job splits them.
+        let entries = ["in", "http://h/x", "osdf:///n/y", "http://h/x", "other"];
+        let urls: Vec<String> = urls_of(entries).into_iter().collect();
         assert_eq!(urls, ["http://h/x", "osdf:///n/y"]);
     }
 

@@ -733,6 +733,40 @@ mod job_tests {
     }
 
     #[test]
+    fn a_record_an_older_daemon_made_loads_as_the_same_job_as_a_new_one() {
+        let cfg = BlahConfig { default_app: Some("stepper".into()), ..BlahConfig::default() };
+        let text = "[ JobDirectory = \"home_bl_x_7.2_1\"; Iwd = \"/w\"; TransferInput = \"state\"; \
+                    BoincSequenceSteps = 3; BoincStateFiles = \"state\"; ClusterId = 7; ProcId = 2 ]";
+        let typed = BlahJob::parse(&ClassAd::parse(text).unwrap(), &cfg).unwrap();
+        let record = |job: Option<String>, ad: &str| JobRecord {
+            batch: "blah#home_bl_x_7.2_1#1".into(),
+            boinc_batch: "blah#home_bl_x_7.2_1#1".into(),
+            project: "k".into(),
+            job,
+            ad: ad.into(),
+            phase: Phase::Submitting,
+            boinc_status: None,
+            status: None,
+            final_ad: None,
+            abort_pending: false,
+            retired: false,
+            lease_until: 0.0,
+        };
+        let mut names = BatchNames::default();
+        let (old, old_job) = Job::from_record_with_job(record(None, text), &mut names, &cfg);
+        let (new, new_job) = Job::from_record_with_job(record(Some(typed.to_json()), ""), &mut names, &cfg);
+        assert_eq!((old_job.as_ref(), new_job.as_ref()), (Some(&typed), Some(&typed)));
+        for job in [&old, &new] {
+            assert!(job.recorded);
+            assert_eq!(job.sequence_name().as_deref(), Some("blah-home_bl_x_7.2_1"));
+            assert_eq!(job.condor_job(), "7.2");
+        }
+        // A retired record keeps neither: a job answered from its status.
+        let (retired, none) = Job::from_record_with_job(record(None, ""), &mut names, &cfg);
+        assert!(!retired.recorded && none.is_none());
+    }
+
+    #[test]
     fn batches_are_named_once_each_in_order() {
         let mut names = BatchNames::default();
         let jobs: Vec<Job> = ["b2", "b1", "b2", "b3", "b1"].iter().map(|b| Job::unknown(b, &mut names)).collect();

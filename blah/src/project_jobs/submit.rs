@@ -135,7 +135,8 @@ impl ProjectJobs {
             };
             let scratch = runner::scratch_dir(&state_dir, &b);
             // The members' URL inputs, each fetched once for the batch.
-            let urls = url_inputs::urls_of(members.iter().filter_map(|(_, job)| job.as_ref()));
+            let entries = members.iter().filter_map(|(_, job)| job.as_ref()).flat_map(|job| job.inputs.iter().map(String::as_str));
+            let urls = url_inputs::urls_of(entries);
             let urls = if urls.is_empty() {
                 UrlInputs::fetched(Default::default())
             } else if !cfg.name_prefix.is_empty() {
