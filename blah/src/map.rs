@@ -1,7 +1,7 @@
-//! How a `BLAH_JOB_SUBMIT` ClassAd maps onto BOINC (`docs/spec/blah-dialect.md`
-//! §9, `docs/blah.md`): job ids and BOINC names, the project, the app, the
-//! input files bound to the app's input template, the command line, and
-//! where outputs go. Pure: it reads the typed job (`crate::job`), the app's
+//! How a `BLAH_JOB_SUBMIT` job maps onto BOINC (`docs/spec/blah-dialect.md`
+//! §9, `docs/blah.md`): job ids and BOINC names, the input files bound to
+//! the app's input template, the command line, the bounds, and where
+//! outputs go. Pure: it reads the typed job (`crate::job`), the app's
 //! templates and the config; `crate::input_files` does the IO its inputs
 //! need (checks, the runner's archive).
 
