@@ -1,5 +1,5 @@
 //! The durable side of BLAH jobs, in the daemon's SQLite file: each
-//! attempt's submit ad and phase (so a restarted daemon resumes it and
+//! attempt's typed job (`crate::job`, as JSON) and phase (so a restarted daemon resumes it and
 //! knows where its outputs go), and the projects jobs named themselves.
 //!
 //! Every statement runs on one thread in the order it was queued, off the
@@ -233,7 +233,11 @@ pub struct JobRecord {
     /// The BOINC batch it went into.
     pub boinc_batch: String,
     pub project: String,
-    /// The submit ClassAd as text.
+    /// The typed job, as JSON (`None`: a record an older daemon made, or
+    /// a retired one).
+    pub job: Option<String>,
+    /// The submit ClassAd's text, in a record an older daemon made (read
+    /// into the typed job on load); else empty.
     pub ad: String,
     pub phase: Phase,
     pub boinc_status: Option<String>,
@@ -259,7 +263,7 @@ pub fn claim_attempt(
     c: &mut Connection,
     job_dir: &str,
     project: &str,
-    ad: &str,
+    typed_job: &str,
     held: Option<&dyn Fn(&str) -> String>,
     gather: Option<(&Gathering, &str, &str)>,
     name_prefix: &str,
@@ -294,9 +298,9 @@ pub fn claim_attempt(
         _ => job.clone(),
     };
     tx.execute(
-        "INSERT OR REPLACE INTO blah_jobs (batch, project, job_dir, attempt, ad, phase, status, final_ad, updated, boinc_batch) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-        params![job, project, job_dir, attempt, ad, phase.as_str(), status, held, unix_now(), (batch != job).then_some(&batch)],
+        "INSERT OR REPLACE INTO blah_jobs (batch, project, job_dir, attempt, ad, job, phase, status, final_ad, updated, boinc_batch) \
+         VALUES (?1, ?2, ?3, ?4, '', ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![job, project, job_dir, attempt, typed_job, phase.as_str(), status, held, unix_now(), (batch != job).then_some(&batch)],
     )?;
     tx.commit()?;
     Ok((project.to_string(), batch, job))
@@ -361,7 +365,7 @@ pub fn set_boinc_batch(c: &Connection, job: &str, batch: &str) -> rusqlite::Resu
 }
 
 const SELECT_JOB: &str = "SELECT batch, project, ad, phase, boinc_status, status, final_ad, abort_pending, retired, lease_until, \
-     COALESCE(boinc_batch, batch) FROM blah_jobs";
+     COALESCE(boinc_batch, batch), job FROM blah_jobs";
 
 fn job_record(r: &rusqlite::Row) -> rusqlite::Result<JobRecord> {
     Ok(JobRecord {
@@ -376,6 +380,7 @@ fn job_record(r: &rusqlite::Row) -> rusqlite::Result<JobRecord> {
         retired: r.get(8)?,
         lease_until: r.get(9)?,
         boinc_batch: r.get(10)?,
+        job: r.get(11)?,
     })
 }
 
@@ -384,11 +389,24 @@ pub fn load(c: &mut Connection, job: &str) -> rusqlite::Result<Option<JobRecord>
     c.prepare_cached(&format!("{SELECT_JOB} WHERE batch = ?1"))?.query_row([job], job_record).optional()
 }
 
-/// The recorded submit ads of `jobs`, in order (None: no record, or one
-/// that keeps no ad). A job in memory keeps its ad here only.
-pub fn load_ads(c: &mut Connection, jobs: &[String]) -> rusqlite::Result<Vec<Option<String>>> {
-    let mut q = c.prepare_cached("SELECT ad FROM blah_jobs WHERE batch = ?1")?;
-    jobs.iter().map(|j| Ok(q.query_row([j], |r| r.get::<_, String>(0)).optional()?.filter(|ad| !ad.is_empty()))).collect()
+/// What is recorded of a job as submitted: its typed job (JSON), else the
+/// submit ad's text of a record an older daemon made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedJob {
+    pub json: Option<String>,
+    pub ad: String,
+}
+
+/// The recorded jobs of `jobs`, in order (None: no record, or one that
+/// keeps neither). A job in memory keeps its typed job here only.
+pub fn load_jobs(c: &mut Connection, jobs: &[String]) -> rusqlite::Result<Vec<Option<RecordedJob>>> {
+    let mut q = c.prepare_cached("SELECT job, ad FROM blah_jobs WHERE batch = ?1")?;
+    jobs.iter()
+        .map(|j| {
+            let rec = q.query_row([j], |r| Ok(RecordedJob { json: r.get(0)?, ad: r.get(1)? })).optional()?;
+            Ok(rec.filter(|r| r.json.as_deref().is_some_and(|j| !j.is_empty()) || !r.ad.is_empty()))
+        })
+        .collect()
 }
 
 /// Moves a job on; a cancelled job stays cancelled (a late submission or
@@ -423,10 +441,10 @@ pub fn set_abort_pending(c: &mut Connection, batch: &str, pending: bool) -> rusq
 
 /// The job's final status went out (or its abort landed): what is kept
 /// from now on answers a repeated status (phase, final status and ad) and
-/// a resubmit (attempt, phase); the submit ad, the bulk of a row, is read
-/// only to submit and deliver, so it goes.
+/// a resubmit (attempt, phase); the typed job (or an older record's submit
+/// ad), the bulk of a row, is read only to submit and deliver, so it goes.
 pub fn set_retired(c: &mut Connection, batch: &str) -> rusqlite::Result<()> {
-    c.prepare_cached("UPDATE blah_jobs SET retired = 1, ad = '', boinc_status = NULL WHERE batch = ?1")?.execute([batch])?;
+    c.prepare_cached("UPDATE blah_jobs SET retired = 1, ad = '', job = NULL, boinc_status = NULL WHERE batch = ?1")?.execute([batch])?;
     Ok(())
 }
 
@@ -600,7 +618,7 @@ mod tests {
             set_phase(c, &a, Phase::Final, Some(4), Some("[ JobStatus = 4; ExitCode = 0 ]".into()))?;
             set_retired(c, &a)?;
             let kept = load(c, &a)?.unwrap();
-            assert_eq!((kept.ad.as_str(), kept.boinc_status), ("", None), "a delivered job's record keeps no submit ad");
+            assert_eq!((kept.ad.as_str(), kept.job, kept.boinc_status), ("", None, None), "a delivered job's record keeps no job");
             assert_eq!((kept.status, kept.final_ad.as_deref()), (Some(4), Some("[ JobStatus = 4; ExitCode = 0 ]")));
             let b1 = claim(c, "b");
             mark_cancelled(c, &b1)?;
@@ -670,6 +688,45 @@ mod tests {
             .with_conn(|c| {
                 assert_eq!(forgotten_attempts(c)?, 4);
                 assert_eq!(claim_attempt(c, "other", "k", "[ ]", None, None, "")?.2, "blah#other#5");
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn a_record_an_older_daemon_made_keeps_its_ad_and_is_read_into_the_same_typed_job() {
+        use crate::job::BlahJob;
+        use gahp_protocol::classad::ClassAd;
+        let schema = gahp_services::schema::BLAH_JOBS;
+        let dir = tempfile::tempdir().unwrap();
+        let text = "[ JobDirectory = \"old\"; Iwd = \"/w\"; BoincApp = \"u\"; Arguments = \"a 'b c'\"; RequestMemory = 64 ]";
+        // The schema before the typed job's column, and a row as its daemon wrote it.
+        let before = StateDb::open(dir.path(), &[gahp_services::schema::STATE_DB, &schema[..schema.len() - 1]]).unwrap();
+        before
+            .with_conn(|c| {
+                c.execute(
+                    "INSERT INTO blah_jobs (batch, project, job_dir, attempt, ad, phase, updated) \
+                     VALUES ('blah#old#1', 'k', 'old', 1, ?1, 'active', 0)",
+                    [text],
+                )?;
+                Ok(())
+            })
+            .unwrap();
+        drop(before);
+        let after = StateDb::open(dir.path(), &[gahp_services::schema::STATE_DB, schema]).unwrap();
+        let cfg = gahp_services::config::BlahConfig::default();
+        let expected = BlahJob::parse(&ClassAd::parse(text).unwrap(), &cfg).unwrap();
+        after
+            .with_conn(|c| {
+                let rec = load(c, "blah#old#1")?.unwrap();
+                assert_eq!((rec.job.as_deref(), rec.ad.as_str(), rec.phase), (None, text, Phase::Active));
+                assert_eq!(BlahJob::from_record(rec.job.as_deref(), &rec.ad, &cfg).unwrap().as_ref(), Some(&expected));
+                let recorded = load_jobs(c, &["blah#old#1".to_string()])?.pop().flatten().unwrap();
+                assert_eq!(BlahJob::from_record(recorded.json.as_deref(), &recorded.ad, &cfg).unwrap(), Some(expected.clone()));
+                // A new attempt keeps its typed job, not the ad.
+                let (_, _, job) = claim_attempt(c, "new", "k", &expected.to_json(), None, None, "")?;
+                let rec = load(c, &job)?.unwrap();
+                assert_eq!((rec.job, rec.ad.as_str()), (Some(expected.to_json()), ""));
                 Ok(())
             })
             .unwrap();

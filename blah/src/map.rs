@@ -1,17 +1,21 @@
-//! How a `BLAH_JOB_SUBMIT` ClassAd maps onto BOINC (`docs/spec/blah-dialect.md`
-//! §9, `docs/blah.md`): job ids and BOINC names, the project, the app, the
-//! input files bound to the app's input template, the command line, and
-//! where outputs go. Pure but for `stat` of the input files.
+//! How a `BLAH_JOB_SUBMIT` job maps onto BOINC (`docs/spec/blah-dialect.md`
+//! §9, `docs/blah.md`): job ids and BOINC names, the input files bound to
+//! the app's input template, the command line, the bounds, and where
+//! outputs go. Pure: it reads the typed job (`crate::job`), the app's
+//! templates and the config; `crate::input_files` does the IO its inputs
+//! need (checks, the runner's archive).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use gahp_protocol::boinc::command_line::{self, ArgRefused};
+use gahp_protocol::boinc::command_line;
 use gahp_protocol::boinc::Templates;
-use gahp_protocol::classad::{self, ArgsError, ClassAd, Value};
-use gahp_protocol::gahp::{InputFile, JobParams, JobSpec, ParamValue, SubmitBatch};
+use gahp_protocol::gahp::{JobParams, JobSpec, ParamValue, SubmitBatch};
 
+use crate::job::{checked, plain, AppSource, BlahJob};
+pub use crate::job::{condor_job_id_of_dir, normalize_url};
+use crate::map_error::config_name;
+pub use crate::map_error::MapError;
 use crate::runner;
 use crate::url_inputs::{self, UrlInputs};
 use gahp_services::config::{BlahConfig, EnvironmentPolicy, UnpackLimits};
@@ -87,29 +91,6 @@ pub fn dir_token_of(id: &str) -> Option<&str> {
     (!token.is_empty() && plain(token)).then_some(token)
 }
 
-fn plain(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-}
-
-/// The HTCondor job id (`cluster.proc`) of a BLAH submit ad, for the log:
-/// `ClusterId` and `ProcId` when the ad has them, else the field the
-/// gridmanager puts in `JobDirectory` (`home_bl_<schedd>_<cluster>.<proc>_<qdate>`).
-pub fn condor_job_id(ad: &ClassAd) -> Option<String> {
-    if let (Some(cluster), Some(proc)) = (ad.get_int("ClusterId"), ad.get_int("ProcId")) {
-        return Some(format!("{cluster}.{proc}"));
-    }
-    condor_job_id_of_dir(ad.get_str("JobDirectory")?)
-}
-
-/// The `<cluster>.<proc>` of a gridmanager's `JobDirectory`.
-pub fn condor_job_id_of_dir(dir: &str) -> Option<String> {
-    let mut fields = dir.rsplit('_');
-    let (_qdate, id) = (fields.next()?, fields.next()?);
-    let (cluster, proc) = id.split_once('.')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(cluster) && digits(proc)).then(|| id.to_string())
-}
-
 /// 12 hex digits naming a (project URL, authenticator file) pair in ids.
 pub fn project_key(url: &str, authenticator_file: &Path) -> String {
     let mut bytes = normalize_url(url).into_bytes();
@@ -120,287 +101,130 @@ pub fn project_key(url: &str, authenticator_file: &Path) -> String {
 
 pub(crate) use gahp_services::file_stager::hex_md5;
 
-/// Script names are appended to the URL: it must end with `/`.
-pub fn normalize_url(url: &str) -> String {
-    let url = url.trim();
-    if url.ends_with('/') {
-        url.to_string()
-    } else {
-        format!("{url}/")
-    }
-}
-
-/// Why a job cannot go to BOINC as submitted. Each message says what to
-/// change; it becomes the job's HoldReason.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum MapError {
-    #[error("the submit ClassAd has no {0} (a gridmanager bug?)")]
-    Missing(&'static str),
-    #[error(
-        "no BOINC project configured: set project_url and authenticator_file in the [blah] section of {config}, \
-         or +remote_BoincProjectUrl and +remote_BoincAuthenticatorFile in the submit file"
-    )]
-    NoProject { config: String },
-    #[error(
-        "this job names its own BOINC project, which {config} forbids (allow_project_override = false): \
-         remove +remote_BoincProjectUrl and +remote_BoincAuthenticatorFile"
-    )]
-    OverrideRefused { config: String },
-    #[error(
-        "no BOINC app chosen: set +remote_BoincApp = \"<app>\" or batch_queue = <app> in the submit file, \
-         or default_app in the [blah] section of {config}"
-    )]
-    NoApp { config: String },
-    #[error(
-        "this job sends its own executable {exe}, and no runner app is configured to run it: set runner_app in \
-         {config} (docs/runner.md), or name a BOINC app with +remote_BoincApp"
-    )]
-    NoRunner { exe: String, config: String },
-    #[error(
-        "this job runs in the container image {image}, and no container runner app is configured: set \
-         container_runner_app in the [blah] section of {config} (docs/runner.md \"Containers\")"
-    )]
-    NoContainerRunner { image: String, config: String },
-    #[error(
-        "app {app} can't run the job in its container image {image}: only a runner app declared with container = true in \
-         [blah.apps.{app}] of {config} can (docs/runner.md \"Containers\")"
-    )]
-    NotAContainerRunner { app: String, image: String, config: String },
-    #[error("app {0} runs jobs in container images, and this job names none: set container_image in the submit file")]
-    NoImage(String),
-    #[error(
-        "the container image {image:?} is not an image reference ({why}): set container_image to a name such as \
-         registry.example.org/group/name:tag or docker://name:tag (docs/runner.md \"Containers\")"
-    )]
-    BadImage { image: String, why: String },
-    #[error("app {app} is not a runner (its inputs are {inputs}; a runner's are condor_exec.exe, condor_job.zip): {why}")]
-    NotARunner { app: String, inputs: String, why: &'static str },
-    #[error("app {0} is a runner: it needs the job's executable, but the job does not send it (transfer_executable = false)")]
-    RunnerWithoutExecutable(String),
-    #[error("the executable {path} can't be sent: {problem}")]
-    Executable { path: String, problem: String },
-    #[error(
-        "app {app} can't give the job its environment ({names}): only a runner app can (docs/runner.md); remove \
-         environment and getenv from the submit file, or have the admin set environment = \"ignore\" for the app"
-    )]
-    Environment { app: String, names: String },
-    #[error("the environment variable {0} has a line break in its value, which a runner can't carry")]
-    EnvironmentLine(String),
-    #[error("can't parse {attr} ({err}): fix the submit file's environment")]
-    BadEnvironment { attr: &'static str, err: ArgsError },
-    #[error(
-        "the job asks for {asked} {what}, and app {app} provides {has} (its {key} in [blah.apps.{app}] of {config}): \
-         lower request_{what} or send the job to an app that provides them"
-    )]
-    Request { what: &'static str, asked: i64, has: u32, app: String, key: &'static str, config: String },
-    #[error("{attr} = {value} is not a positive number")]
-    BadRequest { attr: &'static str, value: String },
-    #[error("{0}")]
-    Archive(String),
-    #[error("can't parse {attr} ({err}): fix the submit file's arguments")]
-    BadArgs { attr: &'static str, err: ArgsError },
-    #[error("{0}: change the submit file's arguments")]
-    Unquotable(#[from] ArgRefused),
-    #[error("input file {path} ({from}) {problem}")]
-    Input { path: String, from: &'static str, problem: String },
-    #[error(
-        "can't tell which input file is which: app {app} takes {inputs}; {problem}. Name each file in \
-         transfer_input_files after the app input it is for, or give the one input as input = <file>"
-    )]
-    Binding { app: String, inputs: String, problem: String },
-    #[error("app {app} has no output named {name} (transfer_output_files); its outputs are: {outputs}")]
-    NoSuchOutput { app: String, name: String, outputs: String },
-    #[error("bad transfer_output_remaps entry {0:?}: expected name=path")]
-    BadRemap(String),
-}
-
-impl MapError {
-    /// The job's HoldReason: the problem, then how to go on.
-    pub fn hold_reason(&self) -> String {
-        format!("{self}; then condor_release the job")
-    }
-}
-
-/// Which project a job goes to: the config's, or the job's own.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProjectChoice {
-    pub url: String,
-    pub authenticator_file: PathBuf,
-    pub overridden: bool,
-}
-
-pub fn choose_project(ad: &ClassAd, cfg: &BlahConfig) -> Result<ProjectChoice, MapError> {
-    let url = non_empty(ad, "BoincProjectUrl");
-    let file = non_empty(ad, "BoincAuthenticatorFile");
-    let overridden = url.is_some() || file.is_some();
-    if overridden && !cfg.allow_project_override {
-        return Err(MapError::OverrideRefused { config: config_name(cfg) });
-    }
-    let iwd = ad.get_str("Iwd").map(PathBuf::from).unwrap_or_default();
-    let url = url.map(str::to_string).or_else(|| cfg.project_url.clone());
-    let file = file.map(|f| iwd.join(f)).or_else(|| cfg.authenticator_file.clone());
-    match (url, file) {
-        (Some(url), Some(authenticator_file)) => Ok(ProjectChoice { url: normalize_url(&url), authenticator_file, overridden }),
-        _ => Err(MapError::NoProject { config: config_name(cfg) }),
-    }
-}
-
-/// The app and the attribute it came from (docs/runner.md "Which app a
-/// `batch boinc` job runs"): the app the job names; else, for a job that
-/// sends its executable, the runner; else `default_app`, else the
-/// executable's base name.
-pub fn choose_app(ad: &ClassAd, cfg: &BlahConfig) -> Result<(String, &'static str), MapError> {
-    if let Some(app) = non_empty(ad, "BoincApp") {
-        return Ok((app.to_string(), "+remote_BoincApp"));
-    }
-    if let Some(app) = non_empty(ad, "Queue") {
-        return Ok((app.to_string(), "batch_queue"));
-    }
-    if let Some(image) = non_empty(ad, "ContainerImage") {
-        return match cfg.container_runner_app.as_deref().filter(|a| !a.is_empty()) {
-            Some(runner) => Ok((runner.to_string(), "container_runner_app")),
-            None => Err(MapError::NoContainerRunner { image: image.to_string(), config: config_name(cfg) }),
-        };
-    }
-    let cmd = non_empty(ad, "Cmd");
-    if let Some(cmd) = cmd.filter(|_| sends_executable(ad)) {
-        return match cfg.runner_app.as_deref().filter(|a| !a.is_empty()) {
-            Some(runner) => Ok((runner.to_string(), "runner_app")),
-            None => Err(MapError::NoRunner { exe: cmd.to_string(), config: config_name(cfg) }),
-        };
-    }
-    if let Some(app) = cfg.default_app.as_deref().filter(|a| !a.is_empty()) {
-        return Ok((app.to_string(), "default_app"));
-    }
-    let base = cmd.and_then(|c| Path::new(c).file_name()).map(|b| b.to_string_lossy().into_owned());
-    match base.filter(|b| plain(b)) {
-        Some(app) => Ok((app, "the executable's base name (transfer_executable = false)")),
-        None => Err(MapError::NoApp { config: config_name(cfg) }),
-    }
-}
-
-/// Whether the job sends its executable: HTCondor's default, unless the ad
-/// says `StageCmd = false` (HTCondor 24) or `TransferExecutable = false`
-/// (`+remote_TransferExecutable`, which the job router's route copies).
-pub fn sends_executable(ad: &ClassAd) -> bool {
-    ad.get_bool("StageCmd") != Some(false) && ad.get_bool("TransferExecutable") != Some(false)
-}
-
-pub(crate) fn config_name(cfg: &BlahConfig) -> String {
-    cfg.config_file.as_ref().map_or_else(|| "~/.config/boinc-gahp/config.toml".into(), |p| p.display().to_string())
-}
-
-fn non_empty<'a>(ad: &'a ClassAd, name: &str) -> Option<&'a str> {
-    ad.get_str(name).map(str::trim).filter(|s| !s.is_empty())
-}
-
 /// What a job's batch shares with every other job of it (submit_batch's
-/// parameters are batch-wide): its app and its requests. `None` if no app
-/// can be chosen.
-pub fn gather_key(ad: &ClassAd, cfg: &BlahConfig) -> Option<String> {
-    let (app, _) = choose_app(ad, cfg).ok()?;
-    let attr = |n| ad.get(n).map(|v| v.to_string()).unwrap_or_default();
-    Some(format!("{app}\n{}\n{}\n{}", attr("RequestMemory"), attr("RequestDisk"), attr("BatchRuntime")))
+/// parameters are batch-wide): its app and its requests. `None` if it has
+/// no app.
+pub fn gather_key(job: &BlahJob) -> Option<String> {
+    let app = job.app.as_ref().ok()?;
+    Some(format!("{}\n{}", app.name, job.requests.batch_wide))
 }
 
-/// The BOINC batch of one job: the app's inputs bound to local files (for
-/// a runner, the executable and the job's archive, written into `scratch`),
-/// the arguments as a BOINC command line, the bounds from its requests.
-/// A URL in `transfer_input_files` holds the job (a work sequence job takes
-/// local files only); [`submit_batch_with_urls`] takes fetched ones.
-pub fn submit_batch(
-    ad: &ClassAd,
-    batch: &str,
-    app: &str,
-    templates: &Templates,
-    cfg: &BlahConfig,
-    scratch: Option<&Path>,
-) -> Result<SubmitBatch, MapError> {
+/// A job mapped onto BOINC: its batch (one job, its inputs still to be
+/// staged) and where each input comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MappedJob {
+    pub batch: SubmitBatch,
+    pub inputs: InputSources,
+}
+
+/// Where a mapped job's inputs come from; `crate::input_files` checks
+/// them and (for a runner) writes the job's archive.
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputSources {
+    /// A runner's two inputs: the executable, and the job's archive of its
+    /// inputs, stdin, environment and container image (docs/runner.md).
+    Runner { exe: PathBuf, env: Vec<(String, String)>, image: Option<String>, entries: Vec<ArchiveSource>, stdin: Option<PathBuf> },
+    /// Files bound to the app's inputs, in the template's order.
+    Bound(Vec<BoundInput>),
+}
+
+/// One `transfer_input_files` entry of a runner job's archive.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ArchiveSource {
+    /// A fetched URL: its file, under the URL's name.
+    Fetched { name: String, src: PathBuf },
+    /// A local file or directory (its contents only if the entry ends in `/`).
+    Local { entry: String, path: PathBuf, contents_only: bool },
+}
+
+/// A local file bound to an app input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundInput {
+    pub src: PathBuf,
+    pub dst_name: String,
+    /// Where it came from (`transfer_input_files`, `input`) and what
+    /// messages call it.
+    pub from: &'static str,
+    pub shown: String,
+}
+
+/// The BOINC batch of one job: the app's inputs bound to its files (for a
+/// runner, the executable and the job's archive), the arguments as a BOINC
+/// command line, the bounds from its requests. A URL in
+/// `transfer_input_files` holds the job (a work sequence job takes local
+/// files only); [`submit_batch_with_urls`] takes fetched ones.
+pub fn submit_batch(job: &BlahJob, batch: &str, templates: &Templates, cfg: &BlahConfig) -> Result<MappedJob, MapError> {
     let urls = UrlInputs::refused("is a URL, and a work sequence job takes local files only: give local files");
-    submit_batch_with_urls(ad, batch, app, templates, cfg, scratch, &urls)
+    submit_batch_with_urls(job, batch, templates, cfg, &urls)
 }
 
 /// [`submit_batch`], with the files the job's URL inputs were fetched into
 /// (`blah::url_inputs`): each is an input under the last segment of its
 /// URL's path, as any file is under its base name.
 pub fn submit_batch_with_urls(
-    ad: &ClassAd,
+    job: &BlahJob,
     batch: &str,
-    app: &str,
     templates: &Templates,
     cfg: &BlahConfig,
-    scratch: Option<&Path>,
     urls: &UrlInputs,
-) -> Result<SubmitBatch, MapError> {
-    let iwd = PathBuf::from(ad.get_str("Iwd").ok_or(MapError::Missing("Iwd"))?);
-    let raw_args = arguments(ad)?;
-    let args = command_line::quote_args(&raw_args)?;
-    let params = job_params(ad, app, cfg)?;
-    let env = environment(ad)?;
+) -> Result<MappedJob, MapError> {
+    let app = job.app()?;
+    let iwd = job.iwd()?;
+    let raw_args = checked(&job.args)?;
+    let args = command_line::quote_args(raw_args)?;
+    let params = job_params(job, &app.name, cfg)?;
+    let env = checked(&job.environment)?;
     // Podman on the volunteer's host reads the image's name: never an
     // option or a path there.
     let bad_image = |image: &str| crate::container_image::problem(image).map(|why| (image.to_string(), why));
-    if let Some((image, why)) = non_empty(ad, "ContainerImage").and_then(bad_image) {
+    if let Some((image, why)) = job.container_image.as_deref().and_then(bad_image) {
         return Err(MapError::BadImage { image, why });
     }
     // A container job runs in its image or not at all; a container runner
     // runs nothing outside one.
-    match (non_empty(ad, "ContainerImage"), cfg.app(app).container) {
+    match (job.container_image.as_deref(), cfg.app(&app.name).container) {
         (Some(image), false) => {
-            return Err(MapError::NotAContainerRunner { app: app.to_string(), image: image.to_string(), config: config_name(cfg) })
+            return Err(MapError::NotAContainerRunner { app: app.name.clone(), image: image.to_string(), config: config_name(cfg) })
         }
-        (None, true) => return Err(MapError::NoImage(app.to_string())),
+        (None, true) => return Err(MapError::NoImage(app.name.clone())),
         _ => {}
     }
     let inputs = if templates.is_runner() {
-        command_line::fits_wrapper(&raw_args)?;
-        runner_inputs(ad, &iwd, app, &env, scratch, urls)?
+        command_line::fits_wrapper(raw_args)?;
+        runner_sources(job, iwd, &app.name, env, urls)?
     } else {
-        if choose_app(ad, cfg).is_ok_and(|(_, source)| source == "runner_app") {
+        if app.source == AppSource::RunnerApp {
             let why = "it is runner_app in the config, for jobs that send their executable";
-            return Err(MapError::NotARunner { app: app.to_string(), inputs: templates.inputs.join(", "), why });
+            return Err(MapError::NotARunner { app: app.name.clone(), inputs: templates.inputs.join(", "), why });
         }
-        if !env.is_empty() && cfg.app(app).environment == EnvironmentPolicy::Hold {
+        if !env.is_empty() && cfg.app(&app.name).environment == EnvironmentPolicy::Hold {
             let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
-            return Err(MapError::Environment { app: app.to_string(), names: names.join(", ") });
+            return Err(MapError::Environment { app: app.name.clone(), names: names.join(", ") });
         }
-        bind_inputs(ad, &iwd, app, &templates.inputs, urls)?
+        InputSources::Bound(bind_inputs(job, iwd, &app.name, &templates.inputs, urls)?)
     };
-    Ok(SubmitBatch {
+    let batch = SubmitBatch {
         batch_name: batch.to_string(),
-        app_name: app.to_string(),
-        jobs: vec![JobSpec { name: batch.to_string(), args, inputs }],
+        app_name: app.name.clone(),
+        jobs: vec![JobSpec { name: batch.to_string(), args, inputs: Vec::new() }],
         params,
-    })
-}
-
-/// A number of the ad (`Int` or `Real`), if set; refused unless positive.
-fn positive(ad: &ClassAd, attr: &'static str) -> Result<Option<f64>, MapError> {
-    let v = match ad.get(attr) {
-        None | Some(Value::Undefined) => return Ok(None),
-        Some(Value::Int(n)) => *n as f64,
-        Some(Value::Real(r)) => *r,
-        Some(other) => return Err(MapError::BadRequest { attr, value: other.to_string() }),
     };
-    if v.is_finite() && v >= 0.0 {
-        Ok(Some(v).filter(|v| *v > 0.0))
-    } else {
-        Err(MapError::BadRequest { attr, value: v.to_string() })
-    }
+    Ok(MappedJob { batch, inputs })
 }
 
 /// The batch's bounds from the job's requests (docs/runner.md "Requests"),
 /// or why the app can't take them.
-fn job_params(ad: &ClassAd, app: &str, cfg: &BlahConfig) -> Result<JobParams, MapError> {
+fn job_params(job: &BlahJob, app: &str, cfg: &BlahConfig) -> Result<JobParams, MapError> {
     let caps = cfg.app(app);
+    let r = &job.requests;
     let mut params = JobParams::default();
-    if let Some(mib) = positive(ad, "RequestMemory")? {
+    if let Some(mib) = checked(&r.memory_mib)? {
         params.rsc_memory_bound = ParamValue::Value(mib * 1024.0 * 1024.0);
     }
-    if let Some(kib) = positive(ad, "RequestDisk")? {
+    if let Some(kib) = checked(&r.disk_kib)? {
         params.rsc_disk_bound = ParamValue::Value(kib * 1024.0);
     }
-    if let Some(secs) = positive(ad, "BatchRuntime")? {
+    if let Some(secs) = checked(&r.runtime_secs)? {
         params.rsc_fpops_bound = ParamValue::Value(secs * caps.flops);
     }
     let over = |what, asked: f64, has: u32, key| MapError::Request {
@@ -411,106 +235,47 @@ fn job_params(ad: &ClassAd, app: &str, cfg: &BlahConfig) -> Result<JobParams, Ma
         key,
         config: config_name(cfg),
     };
-    if let Some(cpus) = positive(ad, "RequestCpus")?.filter(|c| *c > f64::from(caps.cpus.max(1))) {
+    if let Some(cpus) = checked(&r.cpus)?.filter(|c| *c > f64::from(caps.cpus.max(1))) {
         return Err(over("cpus", cpus, caps.cpus.max(1), "cpus"));
     }
-    let gpus = positive(ad, "GPUNumber")?.or(positive(ad, "RequestGpus")?);
-    if let Some(gpus) = gpus.filter(|g| *g > f64::from(caps.gpus)) {
+    if let Some(gpus) = checked(&r.gpus)?.filter(|g| *g > f64::from(caps.gpus)) {
         return Err(over("gpus", gpus, caps.gpus, "gpus"));
     }
     Ok(params)
 }
 
-/// `Environment` (V2), else `Env` (V1, split at `EnvDelim`, `;` unless
-/// set).
-pub fn environment(ad: &ClassAd) -> Result<Vec<(String, String)>, MapError> {
-    if let Some(v2) = ad.get_str("Environment") {
-        return classad::parse_env_v2(v2).map_err(|err| MapError::BadEnvironment { attr: "Environment", err });
-    }
-    let Some(v1) = ad.get_str("Env") else { return Ok(Vec::new()) };
-    let delim = ad.get_str("EnvDelim").and_then(|d| d.chars().next()).unwrap_or(';');
-    let mut env: Vec<(String, String)> = Vec::new();
-    for (i, entry) in v1.split(delim).map(str::trim).filter(|e| !e.is_empty()).enumerate() {
-        match entry.split_once('=') {
-            Some((name, value)) if !name.is_empty() => env.push((name.to_string(), value.to_string())),
-            _ => return Err(MapError::BadEnvironment { attr: "Env", err: ArgsError::NotNameValue(i) }),
-        }
-    }
-    Ok(env)
-}
-
-/// A runner's two inputs: the executable, and the job's archive of its
-/// inputs, stdin and environment (docs/runner.md).
-fn runner_inputs(
-    ad: &ClassAd,
-    iwd: &Path,
-    app: &str,
-    env: &[(String, String)],
-    scratch: Option<&Path>,
-    urls: &UrlInputs,
-) -> Result<Vec<InputFile>, MapError> {
-    let cmd = non_empty(ad, "Cmd").filter(|_| sends_executable(ad)).ok_or_else(|| MapError::RunnerWithoutExecutable(app.to_string()))?;
-    let exe = iwd.join(cmd);
-    match std::fs::metadata(&exe) {
-        Ok(m) if m.is_file() => {}
-        Ok(_) => return Err(MapError::Executable { path: exe.display().to_string(), problem: "it is not a regular file".into() }),
-        Err(e) => return Err(MapError::Executable { path: exe.display().to_string(), problem: e.to_string() }),
-    }
-    let scratch = scratch.ok_or_else(|| MapError::Archive("a work sequence can't run through a runner app".into()))?;
-    let env_text = runner::env_file(env).map_err(MapError::EnvironmentLine)?;
-    let mut entries = vec![runner::Entry::Text { name: runner::ENV_FILE.into(), text: env_text }];
-    if let Some(image) = non_empty(ad, "ContainerImage") {
-        entries.push(runner::Entry::Text { name: runner::IMAGE_FILE.into(), text: format!("{image}\n") });
-    }
-    for entry in transfer_input(ad) {
+/// What a runner job sends: its executable, and what goes into its archive.
+fn runner_sources(job: &BlahJob, iwd: &Path, app: &str, env: &[(String, String)], urls: &UrlInputs) -> Result<InputSources, MapError> {
+    let cmd =
+        job.executable.as_deref().filter(|_| job.sends_executable).ok_or_else(|| MapError::RunnerWithoutExecutable(app.to_string()))?;
+    let mut entries = Vec::with_capacity(job.inputs.len());
+    for entry in &job.inputs {
         if url_inputs::is_url(entry) {
             let (src, name) = urls.local(entry).map_err(|problem| url_error(entry, problem))?;
-            entries.push(runner::Entry::File { name, src });
+            entries.push(ArchiveSource::Fetched { name, src });
             continue;
         }
         let contents_only = entry.ends_with('/');
         let path = iwd.join(entry.trim_end_matches('/'));
-        runner::entries_of(&path, contents_only, &mut entries).map_err(|e| MapError::Input {
-            path: entry.into(),
-            from: "transfer_input_files",
-            problem: e.to_string(),
-        })?;
+        entries.push(ArchiveSource::Local { entry: entry.clone(), path, contents_only });
     }
-    if let Some(stdin) = stdin_path(ad) {
-        let src = iwd.join(stdin);
-        if !src.is_file() {
-            return Err(input_error(&src, "input", "can't be read as a file"));
-        }
-        entries.push(runner::Entry::File { name: runner::STDIN_FILE.into(), src });
-    }
-    let archive = runner::write_archive(scratch, entries).map_err(|e| MapError::Archive(e.to_string()))?;
-    Ok(vec![InputFile { src: exe, dst_name: runner::EXE_INPUT.into() }, InputFile { src: archive, dst_name: runner::JOB_ZIP.into() }])
-}
-
-fn transfer_input(ad: &ClassAd) -> impl Iterator<Item = &str> {
-    ad.get_str("TransferInput").unwrap_or("").split(',').map(str::trim).filter(|e| !e.is_empty())
-}
-
-fn stdin_path(ad: &ClassAd) -> Option<&str> {
-    ad.get_str("In").map(str::trim).filter(|s| !s.is_empty() && *s != "/dev/null")
-}
-
-/// `Arguments` (V2), else `Args` (V1).
-pub(crate) fn arguments(ad: &ClassAd) -> Result<Vec<String>, MapError> {
-    if let Some(v2) = ad.get_str("Arguments") {
-        return classad::parse_args_v2(v2).map_err(|err| MapError::BadArgs { attr: "Arguments", err });
-    }
-    Ok(ad.get_str("Args").map(classad::parse_args_v1).unwrap_or_default())
+    Ok(InputSources::Runner {
+        exe: iwd.join(cmd),
+        env: env.to_vec(),
+        image: job.container_image.clone(),
+        entries,
+        stdin: job.stdin.as_deref().map(|s| iwd.join(s)),
+    })
 }
 
 /// Binds `TransferInput` entries and `In` to the app's input names: a file
 /// whose base name is an input's name goes there (`In` goes to `stdin` if
 /// the app has it); one input left over takes the one file left over.
-fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String], urls: &UrlInputs) -> Result<Vec<InputFile>, MapError> {
+fn bind_inputs(job: &BlahJob, iwd: &Path, app: &str, names: &[String], urls: &UrlInputs) -> Result<Vec<BoundInput>, MapError> {
     // (path, where it came from, the input name it binds to by name, what
     // messages call it)
     let mut files: Vec<(PathBuf, &'static str, Option<String>, String)> = Vec::new();
-    for entry in transfer_input(ad) {
+    for entry in &job.inputs {
         if url_inputs::is_url(entry) {
             let (src, name) = urls.local(entry).map_err(|problem| url_error(entry, problem))?;
             files.push((src, "transfer_input_files", Some(name), url_inputs::shown(entry)));
@@ -518,7 +283,7 @@ fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String], urls: &Url
         }
         if entry.ends_with('/') {
             return Err(MapError::Input {
-                path: entry.into(),
+                path: entry.clone(),
                 from: "transfer_input_files",
                 problem: "is a directory; BOINC jobs take files (archive it)".into(),
             });
@@ -528,7 +293,7 @@ fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String], urls: &Url
         let shown = path.display().to_string();
         files.push((path, "transfer_input_files", base, shown));
     }
-    if let Some(stdin) = stdin_path(ad) {
+    if let Some(stdin) = &job.stdin {
         let path = iwd.join(stdin);
         let shown = path.display().to_string();
         files.push((path, "input", Some("stdin".into()), shown));
@@ -563,13 +328,7 @@ fn bind_inputs(ad: &ClassAd, iwd: &Path, app: &str, names: &[String], urls: &Url
     let mut inputs = Vec::with_capacity(names.len());
     for (slot, name) in names.iter().enumerate() {
         let Some((path, from, _, shown)) = slots[slot].map(|i| &files[i]) else { continue };
-        let problem = |problem: String| MapError::Input { path: shown.clone(), from, problem };
-        match std::fs::metadata(path) {
-            Ok(m) if m.is_file() => {}
-            Ok(_) => return Err(problem("is not a regular file".into())),
-            Err(e) => return Err(problem(format!("can't be read: {e}"))),
-        }
-        inputs.push(InputFile { src: path.clone(), dst_name: name.clone() });
+        inputs.push(BoundInput { src: path.clone(), dst_name: name.clone(), from, shown: shown.clone() });
     }
     Ok(inputs)
 }
@@ -582,10 +341,6 @@ fn binding(app: &str, names: &[String], problem: String) -> MapError {
 /// A URL input that has no file: the URL, as the log shows it, and why.
 fn url_error(url: &str, problem: String) -> MapError {
     MapError::Input { path: url_inputs::shown(url), from: "transfer_input_files", problem }
-}
-
-fn input_error(path: &Path, from: &'static str, problem: &str) -> MapError {
-    MapError::Input { path: path.display().to_string(), from, problem: problem.to_string() }
 }
 
 /// Where a finished job's files go.
@@ -617,19 +372,20 @@ pub const STDOUT_OUTPUT: &str = "stdout";
 
 /// Each `TransferOutput` entry (every app output when there is none, as
 /// HTCondor brings back every new file) to `Iwd`, renamed by
-/// `TransferOutputRemaps`; `Out` and `Err` relative to `Iwd`.
-pub fn output_plan(ad: &ClassAd, app: &str, outputs: &[String]) -> Result<OutputPlan, MapError> {
-    let (iwd, out, err) = std_streams(ad)?;
-    let remaps = remaps(ad)?;
-    let names: Vec<String> = match ad.get_str("TransferOutput").filter(|l| !l.trim().is_empty()) {
-        Some(list) => list.split(',').map(str::trim).filter(|e| !e.is_empty()).map(String::from).collect(),
+/// `TransferOutputRemaps`; `Out` and `Err` relative to `Iwd`. `app` is the
+/// job's, whose outputs are `outputs`.
+pub fn output_plan(job: &BlahJob, app: &str, outputs: &[String]) -> Result<OutputPlan, MapError> {
+    let (iwd, out, err) = std_streams(job)?;
+    let remaps = checked(&job.remaps)?;
+    let names: Vec<String> = match &job.outputs {
+        Some(list) => list.clone(),
         None => outputs.iter().filter(|n| out.is_none() || n.as_str() != STDOUT_OUTPUT).cloned().collect(),
     };
-    let unzip = ad.get_bool("BoincUnzipOutputs") == Some(true);
+    let unzip = job.unzip_outputs;
     let mut files = Vec::with_capacity(names.len());
     let mut expected = Vec::new();
     for name in names {
-        let dest = iwd.join(remaps.get(&name).unwrap_or(&name));
+        let dest = iwd.join(remapped(remaps, &name).unwrap_or(&name));
         if outputs.contains(&name) {
             files.push((name, dest));
         } else if unzip {
@@ -650,35 +406,37 @@ pub fn output_plan(ad: &ClassAd, app: &str, outputs: &[String]) -> Result<Output
     Ok(OutputPlan { files, out, err, unzip })
 }
 
+fn remapped<'a>(remaps: &'a [(String, String)], name: &str) -> Option<&'a String> {
+    remaps.iter().find(|(from, _)| from == name).map(|(_, to)| to)
+}
+
 /// Where a runner job's files go (docs/runner.md "Back on the submit
 /// host"): its std streams, and each `TransferOutput` entry renamed by
 /// `TransferOutputRemaps` (all it made without a list).
-pub fn runner_placement(ad: &ClassAd) -> Result<runner::Placement, MapError> {
-    let (iwd, out, err) = std_streams(ad)?;
-    let remaps = remaps(ad)?;
-    let named = ad.get_str("TransferOutput").filter(|l| !l.trim().is_empty()).map(|list| {
-        list.split(',')
-            .map(str::trim)
-            .filter(|e| !e.is_empty())
+pub fn runner_placement(job: &BlahJob) -> Result<runner::Placement, MapError> {
+    let (iwd, out, err) = std_streams(job)?;
+    let remaps = checked(&job.remaps)?;
+    let named = job.outputs.as_ref().map(|list| {
+        list.iter()
             .map(|name| {
-                let base = Path::new(name.trim_end_matches('/')).file_name().map_or(name.into(), |b| b.to_string_lossy().into_owned());
-                let dest = iwd.join(remaps.get(name).unwrap_or(&base));
-                (name.to_string(), dest)
+                let base = Path::new(name.trim_end_matches('/')).file_name().map_or(name.clone(), |b| b.to_string_lossy().into_owned());
+                let dest = iwd.join(remapped(remaps, name).unwrap_or(&base));
+                (name.clone(), dest)
             })
             .collect()
     });
-    let own = own_files(ad, &iwd);
+    let own = own_files(job, &iwd);
     Ok(runner::Placement { iwd, out, err, named, own })
 }
 
 /// The job's own files in its directory, which no file it made may
 /// replace: its executable, its inputs, its stdin, stdout and stderr.
-pub fn own_files(ad: &ClassAd, iwd: &Path) -> Vec<PathBuf> {
-    let (_, out, err) = std_streams(ad).unwrap_or_default();
-    let named = non_empty(ad, "Cmd").into_iter().chain(stdin_path(ad)).chain(transfer_input(ad).filter(|e| !url_inputs::is_url(e)));
+pub fn own_files(job: &BlahJob, iwd: &Path) -> Vec<PathBuf> {
+    let (_, out, err) = std_streams(job).unwrap_or_default();
+    let named = job.executable.as_deref().into_iter().chain(job.stdin.as_deref()).chain(job.local_inputs());
     named
         .map(|p| iwd.join(p.trim_end_matches('/')))
-        .chain(transfer_input(ad).filter(|e| !url_inputs::is_url(e)).filter_map(|p| Some(iwd.join(Path::new(p).file_name()?))))
+        .chain(job.local_inputs().filter_map(|p| Some(iwd.join(Path::new(p).file_name()?))))
         .chain(out)
         .chain(err)
         .collect()
@@ -686,40 +444,27 @@ pub fn own_files(ad: &ClassAd, iwd: &Path) -> Vec<PathBuf> {
 
 /// The bounds of a job's output zips: the config's, with the job's own
 /// `max_transfer_output_mb` (`MaxTransferOutputMB`) for their bytes.
-pub fn unpack_limits(ad: &ClassAd, limits: UnpackLimits) -> UnpackLimits {
-    limits.with_job_bytes(ad.get_int("MaxTransferOutputMB"))
-}
-
-fn remaps(ad: &ClassAd) -> Result<HashMap<String, String>, MapError> {
-    let mut remaps = HashMap::new();
-    for entry in ad.get_str("TransferOutputRemaps").unwrap_or("").split(';').map(str::trim).filter(|e| !e.is_empty()) {
-        match entry.split_once('=') {
-            Some((from, to)) if !from.trim().is_empty() && !to.trim().is_empty() => {
-                remaps.insert(from.trim().to_string(), to.trim().to_string());
-            }
-            _ => return Err(MapError::BadRemap(entry.to_string())),
-        }
-    }
-    Ok(remaps)
+pub fn unpack_limits(job: &BlahJob, limits: UnpackLimits) -> UnpackLimits {
+    limits.with_job_bytes(job.max_transfer_output_mb)
 }
 
 /// `Iwd` and the `Out` and `Err` paths (absent or `/dev/null`: none).
-pub fn std_streams(ad: &ClassAd) -> Result<(PathBuf, Option<PathBuf>, Option<PathBuf>), MapError> {
-    let iwd = PathBuf::from(ad.get_str("Iwd").ok_or(MapError::Missing("Iwd"))?);
-    let path = |name| ad.get_str(name).map(str::trim).filter(|p| !p.is_empty() && *p != "/dev/null").map(|p| iwd.join(p));
-    let (out, err) = (path("Out"), path("Err"));
+pub fn std_streams(job: &BlahJob) -> Result<(PathBuf, Option<PathBuf>, Option<PathBuf>), MapError> {
+    let iwd = job.iwd()?.to_path_buf();
+    let path = |p: &Option<String>| p.as_deref().map(|p| iwd.join(p));
+    let (out, err) = (path(&job.out), path(&job.err));
     Ok((iwd, out, err))
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn ad(text: &str) -> ClassAd {
+    pub(crate) fn ad(text: &str) -> ClassAd {
         ClassAd::parse(text).unwrap()
     }
 
-    fn cfg() -> BlahConfig {
+    pub(crate) fn cfg() -> BlahConfig {
         BlahConfig {
             project_url: Some("http://p.example/proj".into()),
             authenticator_file: Some("/home/u/.boinc/auth".into()),
@@ -727,8 +472,67 @@ mod tests {
         }
     }
 
-    fn templates(inputs: &[&str]) -> Templates {
+    pub(crate) fn templates(inputs: &[&str]) -> Templates {
         Templates { inputs: inputs.iter().map(|s| s.to_string()).collect(), outputs: vec![] }
+    }
+
+    /// The typed job of `a` (a `JobDirectory` added if it has none),
+    /// running `app`: the app it chooses if that is `app`, else as if it
+    /// named `app`.
+    pub(crate) fn typed(a: &ClassAd, app: &str, cfg: &BlahConfig) -> BlahJob {
+        let mut a = a.clone();
+        if a.get("JobDirectory").is_none() {
+            a.insert("JobDirectory", gahp_protocol::classad::Value::Str("d".into()));
+        }
+        let mut job = BlahJob::parse(&a, cfg).unwrap();
+        if job.app.as_ref().map_or(true, |chosen| chosen.name != app) {
+            job.app = Ok(crate::job::AppChoice { name: app.into(), source: AppSource::BoincApp });
+        }
+        job
+    }
+
+    fn output_plan(a: &ClassAd, app: &str, outputs: &[String]) -> Result<OutputPlan, MapError> {
+        super::output_plan(&typed(a, app, &cfg()), app, outputs)
+    }
+
+    /// The app a job of `a` runs (a `JobDirectory` added), or why none.
+    pub(crate) fn app_of(a: &ClassAd, cfg: &BlahConfig) -> Result<(String, &'static str), String> {
+        let mut a = a.clone();
+        a.insert("JobDirectory", gahp_protocol::classad::Value::Str("d".into()));
+        BlahJob::parse(&a, cfg).unwrap().app.map(|app| (app.name, app.source.as_str()))
+    }
+
+    use crate::job::{choose_project, condor_job_id};
+    use gahp_protocol::classad::ClassAd;
+
+    #[test]
+    fn the_mapping_is_pure_and_names_each_input_source_before_any_file_is_read() {
+        // Nothing on disk: the mapping still binds, the staging then checks.
+        let a = ad("[ Iwd = \"/nowhere\"; TransferInput = \"b, a\"; In = \"s\" ]");
+        let job = typed(&a, "u", &cfg());
+        let mapped = super::submit_batch(&job, "n", &templates(&["a", "b", "stdin"]), &cfg()).unwrap();
+        let InputSources::Bound(bound) = &mapped.inputs else { panic!("bound inputs") };
+        let names: Vec<(&str, &str)> = bound.iter().map(|b| (b.dst_name.as_str(), b.from)).collect();
+        assert_eq!(names, [("a", "transfer_input_files"), ("b", "transfer_input_files"), ("stdin", "input")]);
+        assert!(mapped.batch.jobs[0].inputs.is_empty(), "staged later");
+        assert_eq!((mapped.batch.app_name.as_str(), mapped.batch.jobs[0].name.as_str()), ("u", "n"));
+        // A runner job: its executable and archive sources, in order.
+        let r = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
+        let a = ad("[ JobDirectory = \"d\"; Iwd = \"/w\"; Cmd = \"x.sh\"; TransferInput = \"dir/, f\"; Environment = \"A=1\" ]");
+        let job = BlahJob::parse(&a, &r).unwrap();
+        let runner_t = Templates { inputs: vec![runner::EXE_INPUT.into(), runner::JOB_ZIP.into()], outputs: vec![runner::OUT_ZIP.into()] };
+        let mapped = super::submit_batch(&job, "n", &runner_t, &r).unwrap();
+        let InputSources::Runner { exe, env, entries, .. } = mapped.inputs else { panic!("runner inputs") };
+        assert_eq!((exe, env), (PathBuf::from("/w/x.sh"), vec![("A".to_string(), "1".to_string())]));
+        assert_eq!(
+            entries,
+            [
+                ArchiveSource::Local { entry: "dir/".into(), path: "/w/dir".into(), contents_only: true },
+                ArchiveSource::Local { entry: "f".into(), path: "/w/f".into(), contents_only: false }
+            ]
+        );
+        // The gathering key: the app and the batch-wide requests.
+        assert_eq!(gather_key(&job).unwrap(), "runner\n\n\n");
     }
 
     #[test]
@@ -786,215 +590,6 @@ mod tests {
     }
 
     #[test]
-    fn app_by_priority() {
-        let c = BlahConfig { default_app: Some("d".into()), ..cfg() };
-        assert_eq!(choose_app(&ad("[ BoincApp = \"a\"; Queue = \"q\" ]"), &c).unwrap().0, "a");
-        assert_eq!(choose_app(&ad("[ Queue = \"q\" ]"), &c).unwrap().0, "q");
-        assert_eq!(choose_app(&ad("[ Queue = \"\" ]"), &c).unwrap(), ("d".into(), "default_app"));
-        assert!(matches!(choose_app(&ad("[]"), &cfg()), Err(MapError::NoApp { .. })));
-    }
-
-    #[test]
-    fn a_job_that_sends_its_executable_goes_to_the_runner_or_is_held() {
-        let with_default = BlahConfig { default_app: Some("uppercase".into()), ..cfg() };
-        let script = "[ Cmd = \"/home/u/analyze.sh\" ]";
-        // default_app never replaces an executable the job sends.
-        let e = choose_app(&ad(script), &with_default).unwrap_err();
-        assert!(matches!(&e, MapError::NoRunner { exe, .. } if exe == "/home/u/analyze.sh"), "{e}");
-        assert!(e.to_string().contains("runner_app"), "{e}");
-        let runner = BlahConfig { runner_app: Some("runner".into()), ..with_default.clone() };
-        assert_eq!(choose_app(&ad(script), &runner).unwrap(), ("runner".into(), "runner_app"));
-        // A named app is the program; the executable is not used.
-        assert_eq!(choose_app(&ad("[ Cmd = \"/x/a.sh\"; BoincApp = \"wc\" ]"), &runner).unwrap().0, "wc");
-        // Not sent: default_app, else the base name.
-        for not_sent in ["TransferExecutable = false", "StageCmd = false"] {
-            let a = ad(&format!("[ Cmd = \"/usr/bin/wordcount\"; {not_sent} ]"));
-            assert_eq!(choose_app(&a, &with_default).unwrap().0, "uppercase");
-            assert_eq!(choose_app(&a, &cfg()).unwrap().0, "wordcount");
-        }
-    }
-
-    #[test]
-    fn requests_become_bounds_or_holds() {
-        let c = BlahConfig {
-            apps: [("gpu".to_string(), gahp_services::config::AppConfig { cpus: 4, gpus: 1, flops: 2e9, ..Default::default() })].into(),
-            ..cfg()
-        };
-        let a = ad("[ Iwd = \"/\"; RequestMemory = 64; RequestDisk = 1024; BatchRuntime = 60; RequestCpus = 4; GPUNumber = 1 ]");
-        let b = submit_batch(&a, "n", "gpu", &templates(&[]), &c, None).unwrap();
-        assert_eq!(b.params.rsc_memory_bound, ParamValue::Value(64.0 * 1048576.0));
-        assert_eq!(b.params.rsc_disk_bound, ParamValue::Value(1024.0 * 1024.0));
-        assert_eq!(b.params.rsc_fpops_bound, ParamValue::Value(120e9));
-        let e = submit_batch(&a, "n", "plain", &templates(&[]), &c, None).unwrap_err();
-        assert!(matches!(&e, MapError::Request { what: "cpus", asked: 4, has: 1, .. }), "{e}");
-        let gpu_only = ad("[ Iwd = \"/\"; GPUNumber = 2 ]");
-        let e = submit_batch(&gpu_only, "n", "gpu", &templates(&[]), &c, None).unwrap_err();
-        assert!(e.to_string().contains("asks for 2 gpus") && e.to_string().contains("provides 1"), "{e}");
-        let e = submit_batch(&ad("[ Iwd = \"/\"; RequestDisk = -5 ]"), "n", "u", &templates(&[]), &c, None).unwrap_err();
-        assert!(matches!(e, MapError::BadRequest { attr: "RequestDisk", .. }), "{e}");
-    }
-
-    #[test]
-    fn an_app_that_is_not_a_runner_holds_an_environment_unless_told_to_drop_it() {
-        let a = ad("[ Iwd = \"/\"; Environment = \"FOO=bar B='x y'\" ]");
-        let e = submit_batch(&a, "n", "u", &templates(&[]), &cfg(), None).unwrap_err();
-        assert!(e.to_string().contains("(FOO, B)"), "{e}");
-        let ignore = gahp_services::config::AppConfig { environment: EnvironmentPolicy::Ignore, ..Default::default() };
-        let c = BlahConfig { apps: [("u".to_string(), ignore)].into(), ..cfg() };
-        assert!(submit_batch(&a, "n", "u", &templates(&[]), &c, None).is_ok());
-        assert!(submit_batch(&ad("[ Iwd = \"/\"; Environment = \"\" ]"), "n", "u", &templates(&[]), &cfg(), None).is_ok());
-        let v1 = ad("[ Env = \"A=1;B=2\" ]");
-        assert_eq!(environment(&v1).unwrap(), [("A".to_string(), "1".to_string()), ("B".to_string(), "2".to_string())]);
-    }
-
-    #[test]
-    fn a_container_job_runs_in_its_image_at_a_container_runner_or_is_held() {
-        let dir = tempfile::tempdir().unwrap();
-        let w = dir.path();
-        std::fs::write(w.join("run.sh"), "#!/bin/sh\n").unwrap();
-        let job = ad(&format!("[ Iwd = \"{}\"; Cmd = \"run.sh\"; ContainerImage = \"docker://python:3.12\" ]", w.display()));
-        let runner_t = Templates { inputs: vec![runner::EXE_INPUT.into(), runner::JOB_ZIP.into()], outputs: vec![runner::OUT_ZIP.into()] };
-        // A plain runner never runs it outside the container.
-        let plain = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
-        assert!(matches!(choose_app(&job, &plain), Err(MapError::NoContainerRunner { .. })));
-        let e = submit_batch(&job, "n", "runner", &runner_t, &plain, Some(w)).unwrap_err();
-        assert!(matches!(e, MapError::NotAContainerRunner { .. }), "{e}");
-        let box_ = gahp_services::config::AppConfig { container: true, ..Default::default() };
-        let c = BlahConfig { container_runner_app: Some("docker".into()), apps: [("docker".to_string(), box_)].into(), ..plain };
-        assert_eq!(choose_app(&job, &c).unwrap(), ("docker".into(), "container_runner_app"));
-        let b = submit_batch(&job, "n", "docker", &runner_t, &c, Some(&w.join("s"))).unwrap();
-        let zip = std::fs::File::open(&b.jobs[0].inputs[1].src).unwrap();
-        let mut zip = zip::ZipArchive::new(zip).unwrap();
-        let mut image = String::new();
-        std::io::Read::read_to_string(&mut zip.by_name(runner::IMAGE_FILE).unwrap(), &mut image).unwrap();
-        assert_eq!(image, "docker://python:3.12\n");
-        // A container runner runs nothing without an image.
-        let bare = ad(&format!("[ Iwd = \"{}\"; Cmd = \"run.sh\"; BoincApp = \"docker\" ]", w.display()));
-        assert!(matches!(submit_batch(&bare, "n", "docker", &runner_t, &c, Some(w)), Err(MapError::NoImage(_))));
-    }
-
-    #[test]
-    fn a_runner_job_sends_its_executable_and_an_archive() {
-        let dir = tempfile::tempdir().unwrap();
-        let w = dir.path();
-        std::fs::write(w.join("analyze.sh"), "#!/bin/sh\n").unwrap();
-        std::fs::write(w.join("in"), "data").unwrap();
-        let runner_t = Templates { inputs: vec![runner::EXE_INPUT.into(), runner::JOB_ZIP.into()], outputs: vec![runner::OUT_ZIP.into()] };
-        let c = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
-        let job = |extra: &str| {
-            ad(&format!(
-                "[ Iwd = \"{}\"; Cmd = \"{}/analyze.sh\"; TransferInput = \"in\"; Environment = \"FOO=bar\"; {extra} ]",
-                w.display(),
-                w.display()
-            ))
-        };
-        let scratch = w.join("scratch");
-        let one = submit_batch(&job(""), "n", "runner", &runner_t, &c, Some(&scratch)).unwrap();
-        let two = submit_batch(&job(""), "m", "runner", &runner_t, &c, Some(&scratch)).unwrap();
-        let inputs = &one.jobs[0].inputs;
-        assert_eq!(inputs[0], InputFile { src: w.join("analyze.sh"), dst_name: runner::EXE_INPUT.into() });
-        assert_eq!(inputs[1].dst_name, runner::JOB_ZIP);
-        assert_eq!(inputs[1].src, two.jobs[0].inputs[1].src, "one archive for the same inputs");
-        let e = submit_batch(&job("TransferExecutable = false"), "n", "runner", &runner_t, &c, Some(&scratch)).unwrap_err();
-        assert!(matches!(e, MapError::RunnerWithoutExecutable(_)), "{e}");
-        let gone = ad(&format!("[ Iwd = \"{}\"; Cmd = \"nope.sh\" ]", w.display()));
-        let e = submit_batch(&gone, "n", "runner", &runner_t, &c, Some(&scratch)).unwrap_err();
-        assert!(e.to_string().contains("nope.sh can't be sent"), "{e}");
-        // runner_app names an app that is no runner.
-        let e = submit_batch(&job(""), "n", "runner", &templates(&["in"]), &c, Some(&scratch)).unwrap_err();
-        assert!(matches!(e, MapError::NotARunner { .. }), "{e}");
-    }
-
-    #[test]
-    fn uncarriable_arguments_are_a_hold_naming_the_argument() {
-        let a = ad("[ Iwd = \"/\"; Arguments = \"ok 'it''s \\\"here\\\"'\" ]");
-        let e = submit_batch(&a, "n", "u", &templates(&[]), &cfg(), None).unwrap_err();
-        let reason = e.hold_reason();
-        assert!(reason.contains("argument 2 (\"it's \\\"here\\\"\")") && reason.contains("both ' and \""), "{reason}");
-    }
-
-    #[test]
-    fn inputs_bind_by_name_then_by_elimination() {
-        let dir = tempfile::tempdir().unwrap();
-        let w = dir.path();
-        for f in ["a", "b", "data.txt", "stdin.txt"] {
-            std::fs::write(w.join(f), f).unwrap();
-        }
-        let iwd = w.display();
-        let job = |extra: &str| ad(&format!("[ Iwd = \"{iwd}\"; In = \"/dev/null\"; Arguments = \"x 'y z'\"; {extra} ]"));
-        let b = submit_batch(&job("TransferInput = \"b, a\""), "n", "concat", &templates(&["a", "b"]), &cfg(), None).unwrap();
-        let got: Vec<_> = b.jobs[0].inputs.iter().map(|i| (i.src.clone(), i.dst_name.clone())).collect();
-        assert_eq!(got, [(w.join("a"), "a".to_string()), (w.join("b"), "b".to_string())]);
-        assert_eq!(b.jobs[0].args, ["x", "&#39;y z&#39;"]);
-        assert_eq!(b.jobs[0].name, "n");
-
-        // The one leftover input takes the one leftover file, or In.
-        let b = submit_batch(&job("TransferInput = \"data.txt\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap();
-        assert_eq!(b.jobs[0].inputs[0].src, w.join("data.txt"));
-        let b = submit_batch(&job("In = \"stdin.txt\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap();
-        assert_eq!(b.jobs[0].inputs[0].src, w.join("stdin.txt"));
-
-        let e = submit_batch(&job("TransferInput = \"data.txt,a\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
-        assert!(e.to_string().contains("no input name matches"), "{e}");
-        let e = submit_batch(&job(""), "n", "concat", &templates(&["a", "b"]), &cfg(), None).unwrap_err();
-        assert!(e.to_string().contains("no file for a, b"), "{e}");
-        let e = submit_batch(&job("TransferInput = \"missing\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
-        assert!(matches!(e, MapError::Input { .. }), "{e}");
-        let e = submit_batch(&job("TransferInput = \"d/\""), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
-        assert!(e.to_string().contains("directory"), "{e}");
-    }
-
-    #[test]
-    fn a_fetched_url_is_an_input_under_its_last_path_segment_and_a_failed_one_holds_the_job() {
-        let dir = tempfile::tempdir().unwrap();
-        let w = dir.path();
-        std::fs::write(w.join("run.sh"), "#!/bin/sh\n").unwrap();
-        std::fs::write(w.join("in"), "local").unwrap();
-        std::fs::write(w.join("fetched"), "from the web").unwrap();
-        let (ok, gone) = ("http://h.example/d/data.txt?sig=s", "http://h.example/gone");
-        let urls = UrlInputs::fetched(
-            [(ok.to_string(), Ok(w.join("fetched"))), (gone.to_string(), Err("HTTP status 404 (Not Found)".to_string()))].into(),
-        );
-        let job = |inputs: &str| ad(&format!("[ Iwd = \"{}\"; Cmd = \"run.sh\"; TransferInput = \"{inputs}\" ]", w.display()));
-        // A runner job: in its archive under the URL's name.
-        let runner_t = Templates { inputs: vec![runner::EXE_INPUT.into(), runner::JOB_ZIP.into()], outputs: vec![runner::OUT_ZIP.into()] };
-        let c = BlahConfig { runner_app: Some("runner".into()), ..cfg() };
-        let scratch = w.join("scratch");
-        let b = submit_batch_with_urls(&job(&format!("in, {ok}")), "n", "runner", &runner_t, &c, Some(&scratch), &urls).unwrap();
-        let mut zip = zip::ZipArchive::new(std::fs::File::open(&b.jobs[0].inputs[1].src).unwrap()).unwrap();
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut zip.by_name("data.txt").unwrap(), &mut text).unwrap();
-        assert_eq!(text, "from the web");
-        assert!(zip.by_name("in").is_ok());
-        let e = submit_batch_with_urls(&job(&format!("in, {gone}")), "n", "runner", &runner_t, &c, Some(&scratch), &urls).unwrap_err();
-        assert_eq!(e.to_string(), "input file http://h.example/gone (transfer_input_files) can't be fetched: HTTP status 404 (Not Found)");
-        // An app's input: bound by that name, or by elimination.
-        let b = submit_batch_with_urls(&job(ok), "n", "u", &templates(&["data.txt"]), &cfg(), None, &urls).unwrap();
-        assert_eq!(b.jobs[0].inputs, [InputFile { src: w.join("fetched"), dst_name: "data.txt".into() }]);
-        let b = submit_batch_with_urls(&job(ok), "n", "u", &templates(&["in"]), &cfg(), None, &urls).unwrap();
-        assert_eq!(b.jobs[0].inputs, [InputFile { src: w.join("fetched"), dst_name: "in".into() }]);
-        let e = submit_batch_with_urls(&job(&format!("in,{ok}")), "n", "u", &templates(&["x"]), &cfg(), None, &urls).unwrap_err();
-        assert!(e.to_string().contains("http://h.example/d/data.txt?…"), "named as the URL, without its query: {e}");
-        let e = submit_batch_with_urls(&job(gone), "n", "u", &templates(&["in"]), &cfg(), None, &urls).unwrap_err();
-        assert!(matches!(&e, MapError::Input { path, .. } if path == gone), "{e}");
-        // Without fetching (a work sequence), a URL is refused.
-        let e = submit_batch(&job(ok), "n", "u", &templates(&["in"]), &cfg(), None).unwrap_err();
-        assert!(e.to_string().contains("local files only"), "{e}");
-    }
-
-    #[test]
-    fn memory_and_v1_args() {
-        let a = ad("[ Iwd = \"/\"; Args = \"-n  5\"; RequestMemory = 64 ]");
-        let b = submit_batch(&a, "n", "u", &templates(&[]), &cfg(), None).unwrap();
-        assert_eq!(b.jobs[0].args, ["-n", "5"]);
-        assert_eq!(b.params.rsc_memory_bound, ParamValue::Value(64.0 * 1048576.0));
-        assert!(matches!(
-            submit_batch(&ad("[ Iwd = \"/\"; Arguments = \"'\" ]"), "n", "u", &templates(&[]), &cfg(), None),
-            Err(MapError::BadArgs { .. })
-        ));
-    }
-
-    #[test]
     fn outputs_are_renamed_into_iwd() {
         let outs = ["counts".to_string(), "summary".to_string(), "stdout".to_string()];
         let a = ad("[ Iwd = \"/w\"; Out = \"o\"; Err = \"/tmp/e\"; TransferOutput = \"counts, summary\"; \
@@ -1007,7 +602,8 @@ mod tests {
         assert_eq!(p.files.len(), 2);
         let e = output_plan(&ad("[ Iwd = \"/w\"; TransferOutput = \"nope\" ]"), "wc", &outs).unwrap_err();
         assert!(e.to_string().contains("no output named nope"), "{e}");
-        assert!(matches!(output_plan(&ad("[ Iwd = \"/w\"; TransferOutputRemaps = \"x\" ]"), "wc", &outs), Err(MapError::BadRemap(_))));
+        let e = output_plan(&ad("[ Iwd = \"/w\"; TransferOutputRemaps = \"x\" ]"), "wc", &outs).unwrap_err();
+        assert_eq!(e.to_string(), MapError::BadRemap("x".into()).to_string());
     }
 
     #[test]

@@ -15,13 +15,14 @@ use gahp_protocol::gahp::error_text::{one_line, MAX_HOLD_REASON};
 use gahp_protocol::gahp::sequence_commands::SequenceState;
 
 use crate::batch_zip::SharedBatchZip;
+use crate::job::BlahJob;
 use crate::map::{self, OutputPlan, STDOUT_OUTPUT};
 use crate::runner;
 use gahp_project::output_fetcher::{append, check_output_names, completed_job, fetch_file};
 use gahp_project::rpc::{Rpc, RpcClient};
 use gahp_project::ProjectKey;
 use gahp_services::atomic_file::{self, copy_whole};
-use gahp_services::config::{BlahConfig, UnpackLimits};
+use gahp_services::config::UnpackLimits;
 use gahp_services::unpack;
 
 /// `[ BatchjobId = "<batch>"; JobStatus = n ]`
@@ -56,9 +57,8 @@ pub fn held_ad(batch: &str, reason: &str) -> ClassAd {
 pub async fn deliver_done(
     rpc: &Addr<RpcClient>,
     key: &ProjectKey,
-    cfg: &BlahConfig,
     batch: &str,
-    ad: &ClassAd,
+    submitted: &BlahJob,
     templates: &Templates,
     job: &CompletedJob,
     zip: Option<&SharedBatchZip>,
@@ -66,8 +66,8 @@ pub async fn deliver_done(
     deadline: Instant,
 ) -> Result<ClassAd, String> {
     check_output_names(templates)?;
-    let app = map::choose_app(ad, cfg).map(|a| a.0).unwrap_or_default();
-    let plan = map::output_plan(ad, &app, &templates.outputs).map_err(|e| e.to_string())?;
+    let app = submitted.app.as_ref().map(|a| a.name.as_str()).unwrap_or_default();
+    let plan = map::output_plan(submitted, app, &templates.outputs).map_err(|e| e.to_string())?;
 
     for (name, dest) in &plan.files {
         get_output(rpc, key, batch, templates, zip, name, dest, deadline).await?;
@@ -84,7 +84,7 @@ pub async fn deliver_done(
             fetched.push(tmp);
         }
         let paths: Vec<PathBuf> = fetched.iter().map(|t| t.path().to_path_buf()).chain(plan.files.iter().map(|(_, d)| d.clone())).collect();
-        let (dir, expected, own) = (unzip.dir.clone(), unzip.expected.clone(), map::own_files(ad, &unzip.dir));
+        let (dir, expected, own) = (unzip.dir.clone(), unzip.expected.clone(), map::own_files(submitted, &unzip.dir));
         tokio::task::spawn_blocking(move || unpack_outputs(&paths, &dir, &expected, &own, &limits))
             .await
             .unwrap_or_else(|e| Err(format!("internal error: {e}")))?;
@@ -147,14 +147,14 @@ pub async fn deliver_runner_done(
     rpc: &Addr<RpcClient>,
     key: &ProjectKey,
     batch: &str,
-    ad: &ClassAd,
+    submitted: &BlahJob,
     templates: &Templates,
     job: &CompletedJob,
     zip: Option<&SharedBatchZip>,
     limits: UnpackLimits,
     deadline: Instant,
 ) -> Result<ClassAd, String> {
-    let plan = map::runner_placement(ad).map_err(|e| e.to_string())?;
+    let plan = map::runner_placement(submitted).map_err(|e| e.to_string())?;
     let tmp =
         atomic_file::temp_beside(&plan.iwd.join(runner::OUT_ZIP)).map_err(|e| format!("can't write in {}: {e}", plan.iwd.display()))?;
     get_output(rpc, key, batch, templates, zip, runner::OUT_ZIP, tmp.path(), deadline).await?;
@@ -188,7 +188,7 @@ pub async fn resolve_error(
     key: &ProjectKey,
     boinc_batch: &str,
     batch: &str,
-    ad: Option<&ClassAd>,
+    job: Option<&BlahJob>,
     deadline: Instant,
 ) -> Result<(i32, ClassAd), String> {
     let auth = &key.authenticator;
@@ -212,9 +212,9 @@ pub async fn resolve_error(
     if let Some(e) = exit {
         reason.push_str(&format!("; exit status {e}"));
     }
-    if let Some(ad) = ad {
+    if let Some(job) = job {
         let plan =
-            map::std_streams(ad).map(|(_, out, err)| OutputPlan { files: vec![], out, err, unzip: None }).map_err(|e| e.to_string())?;
+            map::std_streams(job).map(|(_, out, err)| OutputPlan { files: vec![], out, err, unzip: None }).map_err(|e| e.to_string())?;
         if let Some(out) = &plan.out {
             write_whole(out, b"").map_err(|e| format!("can't write {}: {e}", out.display()))?;
         }
@@ -255,14 +255,14 @@ pub fn sequence_ad(batch: &str, status: i32, state: &SequenceState) -> ClassAd {
 /// output, else empty) and an empty `Err`; returns the status-4 ad.
 pub fn place_sequence(
     batch: &str,
-    ad: &ClassAd,
+    job: &BlahJob,
     app: &str,
     outputs: &[String],
     staged: &Path,
     state: &SequenceState,
 ) -> Result<ClassAd, String> {
-    let plan = map::output_plan(ad, app, outputs).map_err(|e| e.to_string())?;
-    let named = ad.get_str("TransferOutput").is_some_and(|l| !l.trim().is_empty());
+    let plan = map::output_plan(job, app, outputs).map_err(|e| e.to_string())?;
+    let named = job.outputs.is_some();
     let copy = |src: &Path, dest: &Path| copy_whole(src, dest).map_err(|e| format!("can't write {}: {e}", dest.display()));
     for (name, dest) in &plan.files {
         let src = staged.join(name);
@@ -290,9 +290,9 @@ pub fn place_sequence(
 /// The final status of a failed work sequence, as a failed BOINC job's
 /// (`resolve_error`): 4 with exit code 1 and the reason in `ExitReason`,
 /// an empty `Out` and the reason in `Err`.
-pub fn sequence_failed(batch: &str, ad: &ClassAd, state: &SequenceState) -> Result<(i32, ClassAd), String> {
+pub fn sequence_failed(batch: &str, job: &BlahJob, state: &SequenceState) -> Result<(i32, ClassAd), String> {
     let reason = format!("BOINC work sequence failed: {}", state.reason.as_deref().unwrap_or("no reason recorded"));
-    let plan = map::std_streams(ad).map(|(_, out, err)| OutputPlan { files: vec![], out, err, unzip: None }).map_err(|e| e.to_string())?;
+    let plan = map::std_streams(job).map(|(_, out, err)| OutputPlan { files: vec![], out, err, unzip: None }).map_err(|e| e.to_string())?;
     if let Some(out) = &plan.out {
         write_whole(out, b"").map_err(|e| format!("can't write {}: {e}", out.display()))?;
     }

@@ -2,16 +2,16 @@
 //! ad (its app, inputs, Requirements and Rank, its sequence), read here in
 //! the front end so that the broker never reads a BLAH ad.
 
-use std::path::PathBuf;
+use gahp_protocol::classad::ClassAd;
 
-use gahp_protocol::classad::{ClassAd, Value};
-
-use crate::{map, sequence_ad};
+use crate::job::BlahJob;
+use crate::sequence_ad;
 use gahp_broker::pools::PlaceJob;
 use gahp_services::config::BlahConfig;
 
 /// Whether the pool places this job: a pool is configured and the job
-/// names no project of its own.
+/// names no project of its own. (The session asks this of the ad before
+/// the job is read; [`pool_placement`] reads the typed job.)
 pub fn placed_by_pool(ad: &ClassAd, cfg: &BlahConfig) -> bool {
     let named = |n: &str| ad.get_str(n).is_some_and(|v| !v.trim().is_empty());
     cfg.pool.is_some() && !named("BoincProjectUrl") && !named("BoincAuthenticatorFile")
@@ -19,33 +19,25 @@ pub fn placed_by_pool(ad: &ClassAd, cfg: &BlahConfig) -> bool {
 
 /// The placement a BLAH job asks for: `None` when no pool is configured
 /// or the job names its own project.
-pub fn pool_placement(ad: &ClassAd, cfg: &BlahConfig) -> Option<PlaceJob> {
-    if !placed_by_pool(ad, cfg) {
+pub fn pool_placement(job: &BlahJob, cfg: &BlahConfig) -> Option<PlaceJob> {
+    if job.names_project {
         return None;
     }
     let pool = cfg.pool.clone()?;
-    let iwd = PathBuf::from(ad.get_str("Iwd").unwrap_or(""));
-    let inputs = ad
-        .get_str("TransferInput")
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
+    let iwd = job.iwd.clone().unwrap_or_default();
+    let inputs = job
+        .local_inputs()
         // A URL is fetched at submission: it is no file here to place by.
-        .filter(|e| !e.is_empty() && !e.ends_with('/') && !crate::url_inputs::is_url(e))
+        .filter(|e| !e.ends_with('/'))
         .map(|e| iwd.join(e))
         .collect();
-    let expr_text = |name: &str| match ad.get(name)? {
-        Value::Str(s) if !s.trim().is_empty() => Some(s.clone()),
-        Value::Str(_) => None,
-        other => Some(other.to_string()),
-    };
     Some(PlaceJob {
         pool,
-        name: ad.get_str("JobDirectory").unwrap_or("blah job").to_string(),
-        app: map::choose_app(ad, cfg).map(|(app, _)| app).map_err(|e| e.hold_reason()),
+        name: job.job_dir.clone(),
+        app: job.app().map(|app| app.name.clone()).map_err(|e| e.hold_reason()),
         inputs,
-        requirements: expr_text("BoincRequirements"),
-        rank: expr_text("BoincRank"),
-        sequence: sequence_ad::sequence_name(ad, &cfg.name_prefix).ok().filter(|_| sequence_ad::is_sequence(ad)),
+        requirements: job.requirements.clone(),
+        rank: job.rank.clone(),
+        sequence: job.is_sequence().then(|| sequence_ad::sequence_name(job, &cfg.name_prefix)),
     })
 }

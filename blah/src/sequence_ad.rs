@@ -1,74 +1,17 @@
 //! A `batch boinc` job that is a work sequence (`docs/sequences.md`, "The
-//! BLAH front end"): the ad's `BoincSequence*` attributes (the submit
-//! file's `+remote_BoincSequenceSteps`, the gridmanager strips `remote_`)
-//! mapped to a [`CreateSequence`]. Pure but for `stat` of the inputs.
-
-use std::path::Path;
+//! BLAH front end"): the typed job and its sequence settings (read from
+//! the ad's `BoincSequence*` attributes, `sequence_settings`) mapped to a
+//! [`CreateSequence`]. Pure but for the check of its input files.
 
 use gahp_protocol::boinc::Templates;
-use gahp_protocol::classad::{ClassAd, Value};
 
+use crate::input_files;
+use crate::job::{checked, BlahJob};
 use crate::map::{self, MapError};
+pub use crate::sequence_settings::{settings, SequenceAdError, Settings, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_STEP_TIME, STEPS};
 use gahp_sequences::relocator::CreateSequence;
 use gahp_sequences::store::SequenceDef;
 use gahp_services::config::BlahConfig;
-
-/// The attribute that makes a job a sequence.
-pub const STEPS: &str = "BoincSequenceSteps";
-const STATE_FILES: &str = "BoincStateFiles";
-const MAX_STEP_TIME: &str = "BoincMaxStepTime";
-const END_MARKER: &str = "BoincEndMarker";
-const MAX_ATTEMPTS: &str = "BoincMaxAttempts";
-
-/// A day: a step is one BOINC job, which rarely runs longer on a host.
-pub const DEFAULT_MAX_STEP_TIME: u32 = 24 * 3600;
-pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
-
-/// Why a sequence job can't be submitted; the text says what to change.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum SequenceAdError {
-    #[error("+remote_{attr} must be a whole number from 1 to 4294967295, not {value}")]
-    NotCount { attr: &'static str, value: String },
-    #[error("+remote_BoincStateFiles must name at least one state file (a space-separated list of input file names)")]
-    NoStateFiles,
-    #[error("state file {0:?} is not a plain file name")]
-    BadStateName(String),
-    #[error("state file {0} is not among the job's transfer_input_files (the initial state comes from there)")]
-    StateNotInput(String),
-    #[error("+remote_BoincEndMarker must be a plain file name (no '/'), not {0:?}")]
-    BadEndMarker(String),
-    #[error("+remote_BoincUnzipOutputs can't be used with a work sequence")]
-    Unzip,
-    #[error("state file {name} is not an output of app {app}, so no step could carry it on; its outputs are: {outputs}")]
-    StateNotOutput { name: String, app: String, outputs: String },
-    #[error("{0}")]
-    Map(#[from] MapError),
-}
-
-impl SequenceAdError {
-    /// As the job's HoldReason.
-    pub fn hold_reason(&self) -> String {
-        match self {
-            SequenceAdError::Map(e) => e.hold_reason(),
-            e => format!("{e}; then condor_release the job"),
-        }
-    }
-}
-
-/// The sequence settings an ad gives, checked without the app's templates
-/// (so a bad value is refused at `BLAH_JOB_SUBMIT`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    pub steps: u32,
-    pub state_names: Vec<String>,
-    pub max_step_time: u32,
-    pub max_attempts: u32,
-    pub end_marker: Option<String>,
-}
-
-pub fn is_sequence(ad: &ClassAd) -> bool {
-    ad.get(STEPS).is_some()
-}
 
 /// The sequence of a job: named after its `JobDirectory`, which a job
 /// keeps across `condor_hold` and `condor_release` (unlike its BOINC job
@@ -76,65 +19,14 @@ pub fn is_sequence(ad: &ClassAd) -> bool {
 /// BLAH front end's `name_prefix` (a served client's `<client>~`), so the
 /// sequence, and every step's BOINC batch and job, is named as the
 /// client's other jobs are.
-pub fn sequence_name(ad: &ClassAd, prefix: &str) -> Result<String, MapError> {
-    let dir = ad.get_str("JobDirectory").map(str::trim).filter(|d| !d.is_empty()).ok_or(MapError::Missing("JobDirectory"))?;
+pub fn sequence_name(job: &BlahJob, prefix: &str) -> String {
+    let dir = &job.job_dir;
     let plain = dir.len() <= 160 && dir.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-    Ok(if plain { format!("{prefix}blah-{dir}") } else { format!("{prefix}blah-md5-{}", map::hex_md5(dir.as_bytes())) })
-}
-
-/// `None` for a job that is no sequence.
-pub fn settings(ad: &ClassAd) -> Result<Option<Settings>, SequenceAdError> {
-    if !is_sequence(ad) {
-        return Ok(None);
+    if plain {
+        format!("{prefix}blah-{dir}")
+    } else {
+        format!("{prefix}blah-md5-{}", map::hex_md5(dir.as_bytes()))
     }
-    let steps = count(ad, STEPS)?.ok_or(SequenceAdError::NotCount { attr: STEPS, value: "undefined".into() })?;
-    let max_step_time = count(ad, MAX_STEP_TIME)?.unwrap_or(DEFAULT_MAX_STEP_TIME);
-    let max_attempts = count(ad, MAX_ATTEMPTS)?.unwrap_or(DEFAULT_MAX_ATTEMPTS);
-    let state_names: Vec<String> = ad.get_str(STATE_FILES).unwrap_or("").split_whitespace().map(String::from).collect();
-    if state_names.is_empty() {
-        return Err(SequenceAdError::NoStateFiles);
-    }
-    let inputs: Vec<&str> = ad
-        .get_str("TransferInput")
-        .unwrap_or("")
-        .split(',')
-        .map(str::trim)
-        .filter_map(|e| Path::new(e).file_name().and_then(|n| n.to_str()))
-        .collect();
-    for name in &state_names {
-        if !plain_file_name(name) {
-            return Err(SequenceAdError::BadStateName(name.clone()));
-        }
-        if !inputs.contains(&name.as_str()) {
-            return Err(SequenceAdError::StateNotInput(name.clone()));
-        }
-    }
-    let end_marker = match ad.get(END_MARKER) {
-        None | Some(Value::Undefined) => None,
-        Some(Value::Str(m)) if plain_file_name(m) => Some(m.clone()),
-        Some(other) => return Err(SequenceAdError::BadEndMarker(other.to_string())),
-    };
-    if ad.get_bool("BoincUnzipOutputs") == Some(true) {
-        return Err(SequenceAdError::Unzip);
-    }
-    Ok(Some(Settings { steps, state_names, max_step_time, max_attempts, end_marker }))
-}
-
-/// A whole number in 1..=u32::MAX; `None` if the attribute is absent.
-fn count(ad: &ClassAd, attr: &'static str) -> Result<Option<u32>, SequenceAdError> {
-    match ad.get(attr) {
-        None | Some(Value::Undefined) => Ok(None),
-        Some(Value::Int(n)) if *n >= 1 => u32::try_from(*n).map(Some).map_err(|_| not_count(attr, &Value::Int(*n))),
-        Some(other) => Err(not_count(attr, other)),
-    }
-}
-
-fn not_count(attr: &'static str, value: &Value) -> SequenceAdError {
-    SequenceAdError::NotCount { attr, value: value.to_string() }
-}
-
-fn plain_file_name(name: &str) -> bool {
-    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\']) && !name.chars().any(char::is_control)
 }
 
 /// The work sequence of a job of `app`: its inputs bound to the app's input
@@ -142,15 +34,15 @@ fn plain_file_name(name: &str) -> bool {
 /// among them as the initial state, the rest every step's own inputs;
 /// named with `prefix` (see [`sequence_name`]).
 pub fn create_sequence(
-    ad: &ClassAd,
+    job: &BlahJob,
     settings: &Settings,
-    app: &str,
     templates: &Templates,
     cfg: &BlahConfig,
 ) -> Result<CreateSequence, SequenceAdError> {
-    let name = sequence_name(ad, &cfg.name_prefix)?;
+    let name = sequence_name(job, &cfg.name_prefix);
+    let app = job.app()?.name.as_str();
     // Binds and checks the inputs and that the arguments can be carried.
-    let batch = map::submit_batch(ad, &name, app, templates, cfg, None)?;
+    let batch = input_files::stage(map::submit_batch(job, &name, templates, cfg)?, None)?;
     for state in &settings.state_names {
         if !templates.outputs.contains(state) {
             return Err(SequenceAdError::StateNotOutput { name: state.clone(), app: app.into(), outputs: templates.outputs.join(", ") });
@@ -180,7 +72,7 @@ pub fn create_sequence(
         max_attempts: settings.max_attempts,
         end_marker: settings.end_marker.clone(),
         state_names: settings.state_names.clone(),
-        args: map::arguments(ad)?,
+        args: checked(&job.args)?.clone(),
         inputs: own.into_iter().map(|f| (f.src, f.dst_name)).collect(),
         // Set by the caller for a job its pool placed.
         pool: None,
@@ -191,7 +83,9 @@ pub fn create_sequence(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
+    use crate::sequence_settings::{is_sequence, MAX_ATTEMPTS, MAX_STEP_TIME};
+    use gahp_protocol::classad::ClassAd;
+    use std::path::{Path, PathBuf};
 
     fn ad(text: &str) -> ClassAd {
         ClassAd::parse(text).unwrap()
@@ -207,6 +101,15 @@ mod tests {
              Arguments = \"--work 'a b'\"; {extra} ]",
             iwd.display()
         ))
+    }
+
+    /// The job of `a`, whose app is the stepper.
+    fn typed(a: &ClassAd) -> BlahJob {
+        BlahJob::parse(a, &BlahConfig { default_app: Some("stepper".into()), ..BlahConfig::default() }).unwrap()
+    }
+
+    fn create(a: &ClassAd, s: &Settings) -> Result<CreateSequence, SequenceAdError> {
+        create_sequence(&typed(a), s, &stepper(), &BlahConfig::default())
     }
 
     fn seq_files() -> tempfile::TempDir {
@@ -233,7 +136,7 @@ mod tests {
             s,
             Settings { steps: 10, state_names: vec!["state".into()], max_step_time: 600, max_attempts: 3, end_marker: Some("DONE".into()) }
         );
-        let c = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap();
+        let c = create(&a, &s).unwrap();
         assert_eq!(c.steps, 10);
         assert_eq!(c.state_files, [(w.join("state"), "state".to_string())]);
         assert_eq!(
@@ -251,7 +154,7 @@ mod tests {
             }
         );
         // The same ad again (a release) gives the same definition: it resumes.
-        assert_eq!(create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap().def, c.def);
+        assert_eq!(create(&a, &s).unwrap().def, c.def);
     }
 
     #[test]
@@ -260,16 +163,15 @@ mod tests {
                     BoincStateFiles = \" state \" ]");
         let s = settings(&a).unwrap().unwrap();
         assert_eq!((s.max_step_time, s.max_attempts, s.end_marker), (DEFAULT_MAX_STEP_TIME, DEFAULT_MAX_ATTEMPTS, None));
-        let name = sequence_name(&a, "").unwrap();
+        let name = sequence_name(&typed(&a), "");
         assert!(name.starts_with("blah-md5-") && gahp_sequences::decide::bad_name(&name).is_none(), "{name}");
-        let plain = sequence_name(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]"), "").unwrap();
+        let plain = sequence_name(&typed(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]")), "");
         assert!(gahp_sequences::decide::bad_name(&plain).is_none(), "{plain}");
-        assert_eq!(sequence_name(&ad("[]"), ""), Err(MapError::Missing("JobDirectory")));
         // A served client's: its prefix, and still a name a sequence may have.
-        let served = sequence_name(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]"), "alice~").unwrap();
+        let served = sequence_name(&typed(&ad("[ JobDirectory = \"home_bl_x.0_1\" ]")), "alice~");
         assert_eq!(served, "alice~blah-home_bl_x.0_1");
         assert!(gahp_sequences::decide::bad_name(&served).is_none(), "{served}");
-        assert!(sequence_name(&a, "alice~").unwrap().starts_with("alice~blah-md5-"));
+        assert!(sequence_name(&typed(&a), "alice~").starts_with("alice~blah-md5-"));
     }
 
     #[test]
@@ -302,12 +204,12 @@ mod tests {
         let dir = seq_files();
         let a = job(dir.path(), "BoincSequenceSteps = 2; BoincStateFiles = \"extra\"");
         let s = settings(&a).unwrap().unwrap();
-        let e = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap_err();
+        let e = create(&a, &s).unwrap_err();
         assert!(matches!(&e, SequenceAdError::StateNotOutput { name, .. } if name == "extra"), "{e}");
         std::fs::remove_file(dir.path().join("extra")).unwrap();
         let a = job(dir.path(), "BoincSequenceSteps = 2; BoincStateFiles = \"state\"");
         let s = settings(&a).unwrap().unwrap();
-        let e = create_sequence(&a, &s, "stepper", &stepper(), &BlahConfig::default()).unwrap_err();
+        let e = create(&a, &s).unwrap_err();
         assert!(matches!(e, SequenceAdError::Map(MapError::Input { .. })), "{e}");
     }
 }

@@ -84,6 +84,10 @@ pub const BLAH_JOBS: &[Migration] = &[
     // the running daemon knows; after a restart such a batch is left to
     // its lease. A row goes when no job of the batch is recorded any more.
     Migration { version: 12, sql: "CREATE TABLE blah_shared_batches (batch TEXT PRIMARY KEY);" },
+    // The typed job (`gahp_blah::job`, JSON) a submit ad is read into once;
+    // `ad` then stays empty. A row an older daemon made keeps its ad's
+    // text in `ad` and NULL here: it is read into the typed job on load.
+    Migration { version: 13, sql: "ALTER TABLE blah_jobs ADD COLUMN job TEXT;" },
 ];
 
 // Rows kept by the broker (`gahp_broker::routes`).

@@ -407,13 +407,14 @@ fn cancel_aborts_the_running_boinc_job_and_a_release_resubmits_a_new_attempt() {
     assert_eq!(submit(&mut g, ad("")), second);
 }
 
-/// The submit ad a job's record in the daemon's state database keeps
-/// (None: no record), read beside the running daemon.
+/// The submitted job (its typed job, else an older record's ad) a job's
+/// record in the daemon's state database keeps (None: no record), read
+/// beside the running daemon.
 fn recorded_ad(dir: &Path, job: &str) -> Option<String> {
     use rusqlite::{Connection, OpenFlags, OptionalExtension};
     let c = Connection::open_with_flags(dir.join("state/state.sqlite3"), OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     c.busy_timeout(Duration::from_secs(5)).unwrap();
-    c.query_row("SELECT ad FROM blah_jobs WHERE batch = ?1", [job], |r| r.get(0)).optional().unwrap()
+    c.query_row("SELECT COALESCE(job, ad) FROM blah_jobs WHERE batch = ?1", [job], |r| r.get(0)).optional().unwrap()
 }
 
 /// A finished job is kept `forget_finished_jobs_after_secs` (without its

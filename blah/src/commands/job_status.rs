@@ -9,7 +9,7 @@ use gahp_protocol::gahp::{BlahCommand, BlahResult};
 use super::{forward, ready};
 use crate::job_records;
 use crate::jobs::{BlahJobs, Work};
-use crate::map::{self, JobId, MapError, UNCONFIGURED};
+use crate::map::{JobId, MapError, UNCONFIGURED};
 use crate::outputs::held_ad;
 use crate::project_jobs::Status;
 
@@ -26,7 +26,7 @@ impl BlahJobs {
 
     pub(crate) fn status_known(&mut self, id: JobId) -> Work {
         if id.project == UNCONFIGURED {
-            let reason = MapError::NoProject { config: map::config_name(&self.config.blah) }.hold_reason();
+            let reason = MapError::NoProject { config: crate::map_error::config_name(&self.config.blah) }.hold_reason();
             return self.recorded_status(id.job, reason);
         }
         match self.project(&id.project) {

@@ -14,7 +14,6 @@ use crate::outputs::{deliver_done, deliver_runner_done, held_ad, resolve_error};
 use gahp_project::output_fetcher::completed_job;
 use gahp_project::rpc::RpcClient;
 use gahp_project::ProjectKey;
-use gahp_services::config::BlahConfig;
 
 impl ProjectJobs {
     /// Places a DONE job's files, then makes its status 4.
@@ -22,25 +21,25 @@ impl ProjectJobs {
         if self.rpc.is_none() || !self.claim(&batch) {
             return;
         }
-        self.read_ads(ctx, vec![batch], |act, ads, ctx| {
-            for (batch, ad) in ads {
-                act.deliver_with(batch, ad, ctx);
+        self.read_jobs(ctx, vec![batch], |act, jobs, ctx| {
+            for (batch, submitted) in jobs {
+                act.deliver_with(batch, submitted, ctx);
             }
         });
     }
 
-    /// Marks a job busy (its submit ad is being read for it); false if it
+    /// Marks a job busy (its typed job is being read for it); false if it
     /// is not in memory.
     fn claim(&mut self, job: &str) -> bool {
         self.jobs.get_mut(job).map(|j| j.busy = true).is_some()
     }
 
-    fn deliver_with(&mut self, batch: String, ad: Option<ClassAd>, ctx: &mut Context<Self>) {
+    fn deliver_with(&mut self, batch: String, submitted: Option<BlahJob>, ctx: &mut Context<Self>) {
         let Some(rpc) = self.rpc.clone() else { return };
-        let Some(delivery) = self.delivery(&batch, ad, ctx) else { return };
-        let (key, cfg) = (self.key.clone(), self.config.blah.clone());
+        let Some(delivery) = self.delivery(&batch, submitted, ctx) else { return };
+        let key = self.key.clone();
         let deadline = Instant::now() + self.config.command_timeout;
-        let work = async move { delivery.run(&rpc, &key, &cfg, None, deadline).await };
+        let work = async move { delivery.run(&rpc, &key, None, deadline).await };
         self.run(ctx, work, move |act, r, _| act.settled(&batch, r));
     }
 
@@ -53,16 +52,16 @@ impl ProjectJobs {
             return;
         }
         let jobs: Vec<String> = jobs.into_iter().filter(|j| self.claim(j)).collect();
-        self.read_ads(ctx, jobs, move |act, ads, ctx| act.deliver_from_zip_with(boinc_batch, ads, ctx));
+        self.read_jobs(ctx, jobs, move |act, jobs, ctx| act.deliver_from_zip_with(boinc_batch, jobs, ctx));
     }
 
-    fn deliver_from_zip_with(&mut self, boinc_batch: String, ads: Vec<(String, Option<ClassAd>)>, ctx: &mut Context<Self>) {
+    fn deliver_from_zip_with(&mut self, boinc_batch: String, jobs: Vec<(String, Option<BlahJob>)>, ctx: &mut Context<Self>) {
         let Some(rpc) = self.rpc.clone() else { return };
-        let deliveries: Vec<Delivery> = ads.into_iter().filter_map(|(j, ad)| self.delivery(&j, ad, ctx)).collect();
+        let deliveries: Vec<Delivery> = jobs.into_iter().filter_map(|(j, submitted)| self.delivery(&j, submitted, ctx)).collect();
         if deliveries.is_empty() {
             return;
         }
-        let (key, cfg) = (self.key.clone(), self.config.blah.clone());
+        let key = self.key.clone();
         let known_id = self.batch_ids.get(&boinc_batch).copied();
         let state_dir = self.config.state_dir.clone();
         let now = Instant::now();
@@ -85,10 +84,10 @@ impl ProjectJobs {
                 })
                 .ok()
                 .map(|z| SharedBatchZip::new(z.into()));
-            let (rpc, key, cfg, zip) = (&rpc, &key, &cfg, zip.as_ref());
+            let (rpc, key, zip) = (&rpc, &key, zip.as_ref());
             let results: Vec<(String, DeliveryOutcome)> = futures_util::stream::iter(deliveries)
                 .map(|d| async move {
-                    let r = d.run(rpc, key, cfg, zip, deadline).await;
+                    let r = d.run(rpc, key, zip, deadline).await;
                     (d.job, r)
                 })
                 .buffer_unordered(ZIP_DELIVERIES_AT_ONCE)
@@ -106,21 +105,21 @@ impl ProjectJobs {
         });
     }
 
-    /// What delivering a DONE job needs, with its submit ad as read; the
-    /// job is then busy. A job without its ad is held (nothing says where
-    /// its files go), with a reason that says what a release does.
-    pub(super) fn delivery(&mut self, batch: &str, ad: Option<ClassAd>, ctx: &mut Context<Self>) -> Option<Delivery> {
+    /// What delivering a DONE job needs, with its typed job as read; the
+    /// job is then busy. A job without its record is held (nothing says
+    /// where its files go), with a reason that says what a release does.
+    pub(super) fn delivery(&mut self, batch: &str, submitted: Option<BlahJob>, ctx: &mut Context<Self>) -> Option<Delivery> {
         let job = self.jobs.get_mut(batch)?;
-        let Some(ad) = ad else {
+        let Some(submitted) = submitted else {
             // Nothing is in flight for it: a resubmit may take it over.
             job.busy = false;
             self.hold_unrecorded(batch.to_string(), ctx);
             return None;
         };
         job.busy = true;
-        let templates = map::choose_app(&ad, &self.config.blah).ok().and_then(|(app, _)| self.templates(&app));
-        let limits = map::unpack_limits(&ad, self.config.unpack);
-        Some(Delivery { job: batch.to_string(), ad, templates, completed: self.completed.clone(), limits })
+        let templates = submitted.app.as_ref().ok().and_then(|app| self.templates(&app.name));
+        let limits = map::unpack_limits(&submitted, self.config.unpack);
+        Some(Delivery { job: batch.to_string(), submitted, templates, completed: self.completed.clone(), limits })
     }
 
     /// Holds a DONE job the state database has no record of. A release
@@ -157,21 +156,21 @@ impl ProjectJobs {
         if self.rpc.is_none() || !self.claim(&batch) {
             return;
         }
-        self.read_ads(ctx, vec![batch], |act, ads, ctx| {
-            for (batch, ad) in ads {
-                act.resolve_with(batch, ad, ctx);
+        self.read_jobs(ctx, vec![batch], |act, jobs, ctx| {
+            for (batch, submitted) in jobs {
+                act.resolve_with(batch, submitted, ctx);
             }
         });
     }
 
-    fn resolve_with(&mut self, batch: String, ad: Option<ClassAd>, ctx: &mut Context<Self>) {
+    fn resolve_with(&mut self, batch: String, submitted: Option<BlahJob>, ctx: &mut Context<Self>) {
         let Some(rpc) = self.rpc.clone() else { return };
         let Some(job) = self.jobs.get_mut(batch.as_str()) else { return };
         job.busy = true;
         let (key, boinc_batch) = (self.key.clone(), job.batch.to_string());
         let deadline = Instant::now() + self.config.command_timeout;
         let b = batch.clone();
-        let work = async move { resolve_error(&rpc, &key, &boinc_batch, &b, ad.as_ref(), deadline).await };
+        let work = async move { resolve_error(&rpc, &key, &boinc_batch, &b, submitted.as_ref(), deadline).await };
         self.run(ctx, work, move |act, r, _| act.settled(&batch, r));
     }
 
@@ -201,7 +200,6 @@ impl Delivery {
         &self,
         rpc: &Addr<RpcClient>,
         key: &ProjectKey,
-        cfg: &BlahConfig,
         zip: Option<&SharedBatchZip>,
         deadline: Instant,
     ) -> DeliveryOutcome {
@@ -217,9 +215,9 @@ impl Delivery {
             }
         };
         let done = if templates.is_runner() {
-            deliver_runner_done(rpc, key, &self.job, &self.ad, &templates, &completed, zip, self.limits, deadline).await?
+            deliver_runner_done(rpc, key, &self.job, &self.submitted, &templates, &completed, zip, self.limits, deadline).await?
         } else {
-            deliver_done(rpc, key, cfg, &self.job, &self.ad, &templates, &completed, zip, self.limits, deadline).await?
+            deliver_done(rpc, key, &self.job, &self.submitted, &templates, &completed, zip, self.limits, deadline).await?
         };
         Ok((job_status::COMPLETED, done))
     }

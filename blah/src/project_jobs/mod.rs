@@ -44,8 +44,9 @@ use gahp_protocol::classad::ClassAd;
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::Authenticator;
 
+use crate::job::BlahJob;
 use crate::job_records::{self, JobRecord, JobRecords, Phase};
-use crate::map::{self, JobId, MapError};
+use crate::map::{JobId, MapError};
 use crate::outputs::held_ad;
 use crate::sequence_ad;
 use gahp_broker::registry::{Registry, SequencesOf, TreeOf};
@@ -55,7 +56,7 @@ use gahp_project::templates::TemplatesCall;
 use gahp_project::tree::ClientOf;
 use gahp_project::ProjectKey;
 use gahp_sequences::relocator::SequenceRelocator;
-use gahp_services::config::{DaemonConfig, UnpackLimits};
+use gahp_services::config::{BlahConfig, DaemonConfig, UnpackLimits};
 use gahp_services::file_stager::FileStager;
 
 use job_map::JobMap;
@@ -245,21 +246,21 @@ impl BoincStatus {
 impl Job {
     /// `batches` shares one copy of each BOINC batch name among its jobs;
     /// `prefix` is the front end's `name_prefix` (its sequences' too).
-    fn from_record(rec: JobRecord, batches: &mut BatchNames, prefix: &str) -> Job {
-        Job::from_record_with_ad(rec, batches, prefix).0
+    /// `cfg` reads the submit ad of a record an older daemon made.
+    fn from_record(rec: JobRecord, batches: &mut BatchNames, cfg: &BlahConfig) -> Job {
+        Job::from_record_with_job(rec, batches, cfg).0
     }
 
-    /// [`Job::from_record`], and the submit ad it read (parsed).
-    fn from_record_with_ad(rec: JobRecord, batches: &mut BatchNames, prefix: &str) -> (Job, Option<ClassAd>) {
-        // A retired job's record keeps no submit ad (see job_records::set_retired).
-        let parsed = Some(rec.ad.as_str()).filter(|t| !t.is_empty()).and_then(|t| {
-            ClassAd::parse(t).map_err(|e| tracing::warn!(batch = %rec.batch, "its recorded submit ad is unreadable: {e}")).ok()
+    /// [`Job::from_record`], and the typed job it read.
+    fn from_record_with_job(rec: JobRecord, batches: &mut BatchNames, cfg: &BlahConfig) -> (Job, Option<BlahJob>) {
+        // A retired job's record keeps no job (see job_records::set_retired).
+        let parsed = BlahJob::from_record(rec.job.as_deref(), &rec.ad, cfg).unwrap_or_else(|e| {
+            tracing::warn!(batch = %rec.batch, "{e}");
+            None
         });
-        let sequence = parsed.as_ref().filter(|ad| sequence_ad::is_sequence(ad)).map(|ad| {
-            // A sequence whose name can't be read is answered as a plain job.
-            sequence_ad::sequence_name(ad, prefix).unwrap_or_default().into_boxed_str()
-        });
-        let condor_job = parsed.as_ref().and_then(map::condor_job_id).and_then(|id| condor_numbers(&id));
+        let sequence =
+            parsed.as_ref().filter(|job| job.is_sequence()).map(|job| sequence_ad::sequence_name(job, &cfg.name_prefix).into_boxed_str());
+        let condor_job = parsed.as_ref().and_then(|job| job.condor_job.as_deref()).and_then(condor_numbers);
         let final_ad = rec.final_ad.as_deref().and_then(|t| ClassAd::parse(t).ok());
         let final_status = match (rec.phase, rec.status, final_ad) {
             // A cancelled job keeps its final status: a held job's reason
@@ -546,7 +547,7 @@ impl ProjectJobs {
                     if rec.abort_pending {
                         act.aborts.insert(name.clone());
                     }
-                    Job::from_record(rec, &mut act.batch_names, &act.config.blah.name_prefix)
+                    Job::from_record(rec, &mut act.batch_names, &act.config.blah)
                 }
                 Ok(None) => Job::unknown(&batch, &mut act.batch_names),
                 Err(e) => {
@@ -568,26 +569,28 @@ impl ProjectJobs {
         }
     }
 
-    /// Reads the submit ads of `jobs` from the state database (a job in
-    /// memory keeps none), then runs `then` with each job and its ad (None:
-    /// not recorded, unreadable, or the database failed).
-    pub(super) fn read_ads(
+    /// Reads the typed jobs of `jobs` from the state database (a job in
+    /// memory keeps none), then runs `then` with each job's name and typed
+    /// job (None: not recorded, unreadable, or the database failed).
+    pub(super) fn read_jobs(
         &self,
         ctx: &Context<Self>,
         jobs: Vec<String>,
-        then: impl FnOnce(&mut Self, Vec<(String, Option<ClassAd>)>, &mut Context<Self>) + Send + 'static,
+        then: impl FnOnce(&mut Self, Vec<(String, Option<BlahJob>)>, &mut Context<Self>) + Send + 'static,
     ) {
         let store = self.store.clone();
+        let cfg = self.config.blah.clone();
         let work = async move {
             let names = jobs.clone();
-            let texts = match store.read(move |c| job_records::load_ads(c, &names)).await {
-                Ok(texts) => texts,
+            let recorded = match store.read(move |c| job_records::load_jobs(c, &names)).await {
+                Ok(recorded) => recorded,
                 Err(e) => {
-                    tracing::warn!("can't read submit ads from the state database: {e}");
+                    tracing::warn!("can't read submitted jobs from the state database: {e}");
                     vec![None; jobs.len()]
                 }
             };
-            jobs.into_iter().zip(texts).map(|(job, text)| (job, text.and_then(|t| ClassAd::parse(&t).ok()))).collect::<Vec<_>>()
+            let typed = |rec: job_records::RecordedJob| BlahJob::from_record(rec.json.as_deref(), &rec.ad, &cfg).ok().flatten();
+            jobs.into_iter().zip(recorded).map(|(job, rec)| (job, rec.and_then(typed))).collect::<Vec<_>>()
         };
         self.run(ctx, work, then);
     }
@@ -603,10 +606,10 @@ type DeliveryOutcome = Result<(i32, ClassAd), String>;
 /// Shared by the project actor and its deliveries (all on its thread).
 type CompletedCache = Rc<RefCell<HashMap<String, CompletedJob>>>;
 
-/// One DONE job to deliver: its ad and its app's templates.
+/// One DONE job to deliver: its typed job and its app's templates.
 struct Delivery {
     job: String,
-    ad: ClassAd,
+    submitted: BlahJob,
     templates: Option<TemplatesCall>,
     completed: CompletedCache,
     /// The bounds of its output zips (the config's and its own).
@@ -727,6 +730,40 @@ mod job_tests {
         assert_eq!(job.condor_job(), "42.3");
         job.condor = CondorJob::new(Some((u32::MAX - 1, u32::MAX)));
         assert_eq!(job.condor_job(), format!("{}.{}", u32::MAX - 1, u32::MAX));
+    }
+
+    #[test]
+    fn a_record_an_older_daemon_made_loads_as_the_same_job_as_a_new_one() {
+        let cfg = BlahConfig { default_app: Some("stepper".into()), ..BlahConfig::default() };
+        let text = "[ JobDirectory = \"home_bl_x_7.2_1\"; Iwd = \"/w\"; TransferInput = \"state\"; \
+                    BoincSequenceSteps = 3; BoincStateFiles = \"state\"; ClusterId = 7; ProcId = 2 ]";
+        let typed = BlahJob::parse(&ClassAd::parse(text).unwrap(), &cfg).unwrap();
+        let record = |job: Option<String>, ad: &str| JobRecord {
+            batch: "blah#home_bl_x_7.2_1#1".into(),
+            boinc_batch: "blah#home_bl_x_7.2_1#1".into(),
+            project: "k".into(),
+            job,
+            ad: ad.into(),
+            phase: Phase::Submitting,
+            boinc_status: None,
+            status: None,
+            final_ad: None,
+            abort_pending: false,
+            retired: false,
+            lease_until: 0.0,
+        };
+        let mut names = BatchNames::default();
+        let (old, old_job) = Job::from_record_with_job(record(None, text), &mut names, &cfg);
+        let (new, new_job) = Job::from_record_with_job(record(Some(typed.to_json()), ""), &mut names, &cfg);
+        assert_eq!((old_job.as_ref(), new_job.as_ref()), (Some(&typed), Some(&typed)));
+        for job in [&old, &new] {
+            assert!(job.recorded);
+            assert_eq!(job.sequence_name().as_deref(), Some("blah-home_bl_x_7.2_1"));
+            assert_eq!(job.condor_job(), "7.2");
+        }
+        // A retired record keeps neither: a job answered from its status.
+        let (retired, none) = Job::from_record_with_job(record(None, ""), &mut names, &cfg);
+        assert!(!retired.recorded && none.is_none());
     }
 
     #[test]

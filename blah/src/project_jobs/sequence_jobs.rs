@@ -2,13 +2,12 @@
 //! status from the sequence's, its final state delivered.
 
 use actix::prelude::*;
-use gahp_protocol::classad::ClassAd;
+
 use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::sequence_commands::{SequenceState, SequenceStatus, StepSelector};
 use gahp_protocol::gahp::BlahResult;
 
 use super::*;
-use crate::map;
 use crate::outputs::{held_ad, place_sequence, sequence_ad, sequence_failed};
 use crate::placement::pool_placement;
 use crate::sequence_ad;
@@ -19,16 +18,16 @@ impl ProjectJobs {
     /// A sequence job becomes one CreateSequence on the project's
     /// SequenceRelocator (which resumes the stopped sequence of a released
     /// job: same `JobDirectory`, same definition).
-    pub(super) fn submit_sequence(&mut self, batch: String, name: String, ad: ClassAd, ctx: &mut Context<Self>) {
-        let app = map::choose_app(&ad, &self.config.blah);
-        let templates = app.as_ref().ok().and_then(|(app, _)| self.templates(app));
+    pub(super) fn submit_sequence(&mut self, batch: String, name: String, submitted: BlahJob, ctx: &mut Context<Self>) {
+        let app = submitted.app().cloned();
+        let templates = app.as_ref().ok().and_then(|app| self.templates(&app.name));
         let relocator = self.sequences.clone();
         let (url, file) = (self.key.url.clone(), self.authenticator_file.display().to_string());
-        let pool = pool_placement(&ad, &self.config.blah).map(|p| pool_id(&p.pool));
+        let pool = pool_placement(&submitted, &self.config.blah).map(|p| pool_id(&p.pool));
         let cfg = self.config.blah.clone();
         let work = async move {
             let refuse = |why| BatchOutcome { refused: vec![(name.clone(), why)], result: Ok(vec![]) };
-            let (app, source) = match app {
+            let app = match app {
                 Ok(a) => a,
                 Err(e) => return refuse(SubmitFailure::Map(e)),
             };
@@ -40,14 +39,13 @@ impl ProjectJobs {
             let templates = match templates.await {
                 Ok(t) => t,
                 Err(e) => {
-                    let reason = templates_error(&e, &url, &file, &app, source);
+                    let reason = templates_error(&e, &url, &file, &app.name, app.source.as_str());
                     return BatchOutcome { refused: vec![], result: Err((vec![name.clone()], SubmitFailure::Templates(reason, e))) };
                 }
             };
-            let create = match sequence_ad::settings(&ad) {
-                Ok(Some(settings)) => sequence_ad::create_sequence(&ad, &settings, &app, &templates, &cfg),
-                Ok(None) => return refuse(SubmitFailure::Lost("internal error: this job is no work sequence; condor_release the job")),
-                Err(e) => Err(e),
+            let create = match &submitted.sequence {
+                Some(settings) => sequence_ad::create_sequence(&submitted, settings, &templates, &cfg),
+                None => return refuse(SubmitFailure::Lost("internal error: this job is no work sequence; condor_release the job")),
             };
             let mut create = match create {
                 Ok(c) => c,
@@ -116,20 +114,20 @@ impl ProjectJobs {
     pub(super) fn finish_sequence(&mut self, job: &str, state: SequenceState, ctx: &mut Context<Self>) {
         let Some(j) = self.jobs.get_mut(job).filter(|j| j.recorded) else { return };
         j.busy = true;
-        self.read_ads(ctx, vec![job.to_string()], move |act, mut ads, ctx| {
-            if let Some((job, ad)) = ads.pop() {
-                act.finish_sequence_with(&job, ad, state, ctx);
+        self.read_jobs(ctx, vec![job.to_string()], move |act, mut jobs, ctx| {
+            if let Some((job, submitted)) = jobs.pop() {
+                act.finish_sequence_with(&job, submitted, state, ctx);
             }
         });
     }
 
-    fn finish_sequence_with(&mut self, job: &str, ad: Option<ClassAd>, state: SequenceState, ctx: &mut Context<Self>) {
+    fn finish_sequence_with(&mut self, job: &str, submitted: Option<BlahJob>, state: SequenceState, ctx: &mut Context<Self>) {
         let Some(j) = self.jobs.get_mut(job) else { return };
-        let Some(ad) = ad else {
+        let Some(submitted) = submitted else {
             j.busy = false;
             return;
         };
-        let app = map::choose_app(&ad, &self.config.blah).map(|a| a.0);
+        let app = submitted.app.as_ref().map(|a| a.name.clone()).map_err(Clone::clone);
         let templates = app.as_ref().ok().and_then(|a| self.templates(a));
         let relocator = self.sequences.clone();
         // Fetched here whole, then placed by the rules of any job's outputs.
@@ -137,15 +135,15 @@ impl ProjectJobs {
         let (b, prefix) = (job.to_string(), self.config.blah.name_prefix.clone());
         let work = async move {
             if state.status == SequenceStatus::Failed {
-                return tokio::task::spawn_blocking(move || sequence_failed(&b, &ad, &state))
+                return tokio::task::spawn_blocking(move || sequence_failed(&b, &submitted, &state))
                     .await
                     .map_err(|e| format!("internal error: {e}"))?;
             }
-            let app = app.map_err(|e| e.to_string())?;
+            let app = app?;
             let templates =
                 templates.ok_or("the project has no HTTP client")?.await.map_err(|e| format!("error getting templates: {e}"))?;
             let relocator = relocator.ok_or("the project's work sequences are not available")?;
-            let name = sequence_ad::sequence_name(&ad, &prefix).map_err(|e| e.to_string())?;
+            let name = sequence_ad::sequence_name(&submitted, &prefix);
             let s = staged.clone();
             tokio::task::spawn_blocking(move || {
                 let _ = std::fs::remove_dir_all(&s);
@@ -160,7 +158,7 @@ impl ProjectJobs {
                 .map_err(|_| "the project's work sequences stopped".to_string())?
                 .map_err(|e| e.to_string())?;
             tokio::task::spawn_blocking(move || {
-                let placed = place_sequence(&b, &ad, &app, &templates.outputs, &staged, &state);
+                let placed = place_sequence(&b, &submitted, &app, &templates.outputs, &staged, &state);
                 let _ = std::fs::remove_dir_all(&staged);
                 placed.map(|done| (job_status::COMPLETED, done))
             })

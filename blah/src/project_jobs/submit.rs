@@ -10,11 +10,12 @@ use gahp_protocol::gahp::blah::job_status;
 use gahp_protocol::gahp::SubmitBatch;
 
 use super::*;
+use crate::input_files;
+use crate::job::BlahJob;
 use crate::job_records::{self, JobRecord, Phase};
 use crate::map;
 use crate::outputs::held_ad;
 use crate::runner;
-use crate::sequence_ad;
 use crate::shared_batch;
 use crate::url_inputs::{self, UrlInputs};
 use gahp_services::clock::unix_now;
@@ -62,13 +63,14 @@ impl ProjectJobs {
         let mut members = Vec::new();
         for rec in records {
             let name = rec.batch.clone();
-            // The submit ad comes with the record (a job in memory keeps none).
-            let ad = match self.jobs.get(name.as_str()) {
-                Some(job) => Some(rec.ad.as_str()).filter(|_| job.recorded).and_then(|t| ClassAd::parse(t).ok()),
+            // The typed job comes with the record (a job in memory keeps none).
+            let submitted = match self.jobs.get(name.as_str()) {
+                Some(job) if job.recorded => BlahJob::from_record(rec.job.as_deref(), &rec.ad, &self.config.blah).ok().flatten(),
+                Some(_) => None,
                 None => {
-                    let (job, ad) = Job::from_record_with_ad(rec, &mut self.batch_names, &self.config.blah.name_prefix);
+                    let (job, submitted) = Job::from_record_with_job(rec, &mut self.batch_names, &self.config.blah);
                     self.jobs.insert(&name, job);
-                    ad
+                    submitted
                 }
             };
             let Some(job) = self.jobs.get_mut(name.as_str()) else { continue };
@@ -76,14 +78,14 @@ impl ProjectJobs {
             if job.phase == Phase::Submitting {
                 job.busy = true;
                 job.submitting();
-                members.push((name, ad));
+                members.push((name, submitted));
             }
         }
         // A sequence job is never gathered with others: it is alone.
-        if let [(name, Some(ad))] = members.as_slice() {
-            if sequence_ad::is_sequence(ad) {
-                let (name, ad) = (name.clone(), ad.clone());
-                return self.submit_sequence(batch, name, ad, ctx);
+        if let [(name, Some(submitted))] = members.as_slice() {
+            if submitted.is_sequence() {
+                let (name, submitted) = (name.clone(), submitted.clone());
+                return self.submit_sequence(batch, name, submitted, ctx);
             }
         }
         let participant = shared_batch::participant(&self.config.blah.name_prefix, &self.pkey);
@@ -97,8 +99,8 @@ impl ProjectJobs {
         let daemon = self.config.clone();
         let state_dir = self.config.state_dir.clone();
         // Every member has the app of the batch's gathering key.
-        let app = members.iter().find_map(|(_, ad)| map::choose_app(ad.as_ref()?, &cfg).ok());
-        let templates = app.as_ref().and_then(|(app, _)| self.templates(app));
+        let app = members.iter().find_map(|(_, job)| job.as_ref()?.app.as_ref().ok()).cloned();
+        let templates = app.as_ref().and_then(|app| self.templates(&app.name));
         let deadline = Instant::now() + cfg.submit_timeout;
         let (key, config, stager) = (self.key.clone(), self.pipeline_config.clone(), self.stager.clone());
         let db = self.store.db().clone();
@@ -110,10 +112,10 @@ impl ProjectJobs {
         };
         let work = async move {
             let mut refused = Vec::new();
-            let (Some((app, source)), Some(templates)) = (app, templates) else {
-                // No member has a usable ad (the app is chosen from it).
-                for (name, ad) in members {
-                    let why = match ad.map(|ad| map::choose_app(&ad, &cfg)) {
+            let (Some(app), Some(templates)) = (app, templates) else {
+                // No member has an app (or a record).
+                for (name, job) in members {
+                    let why = match job.as_ref().map(BlahJob::app) {
                         Some(Err(e)) => SubmitFailure::Map(e),
                         _ => SubmitFailure::Lost("the submit ad of this job was lost; condor_release the job"),
                     };
@@ -126,14 +128,15 @@ impl ProjectJobs {
             let templates = match templates.await {
                 Ok(t) => t,
                 Err(e) => {
-                    let reason = templates_error(&e, &key.url, &file, &app, source);
+                    let reason = templates_error(&e, &key.url, &file, &app.name, app.source.as_str());
                     withdraw();
                     return (BatchOutcome { refused, result: Err((all, SubmitFailure::Templates(reason, e))) }, None);
                 }
             };
             let scratch = runner::scratch_dir(&state_dir, &b);
             // The members' URL inputs, each fetched once for the batch.
-            let urls = url_inputs::urls_of(members.iter().filter_map(|(_, ad)| ad.as_ref()));
+            let entries = members.iter().filter_map(|(_, job)| job.as_ref()).flat_map(|job| job.inputs.iter().map(String::as_str));
+            let urls = url_inputs::urls_of(entries);
             let urls = if urls.is_empty() {
                 UrlInputs::fetched(Default::default())
             } else if !cfg.name_prefix.is_empty() {
@@ -144,7 +147,7 @@ impl ProjectJobs {
             };
             // Off the actors' thread: a runner job's archive reads its inputs.
             let templates2 = templates.clone();
-            let (app2, b2, scratch2) = (app.clone(), b.clone(), scratch.clone());
+            let (app2, b2, scratch2) = (app.name.clone(), b.clone(), scratch.clone());
             let mapped = tokio::task::spawn_blocking(move || map_members(members, &b2, &app2, &templates, &cfg, &scratch2, &urls)).await;
             let (spec, included, mut more) = match mapped {
                 Ok(m) => m,
@@ -255,11 +258,12 @@ impl ProjectJobs {
     }
 }
 
-/// Maps each member's ad onto the batch (a runner job's archive written
-/// into `scratch`; its URL inputs are the files of `urls`): the batch, the
-/// members in it, and those refused.
+/// Maps each member onto the batch (a runner job's archive written into
+/// `scratch`; its URL inputs are the files of `urls`): the batch, the
+/// members in it, and those refused. Each member's inputs are staged (the
+/// IO, `input_files`) after its pure mapping (`map`).
 fn map_members(
-    members: Vec<(String, Option<ClassAd>)>,
+    members: Vec<(String, Option<BlahJob>)>,
     batch: &str,
     app: &str,
     templates: &Templates,
@@ -270,21 +274,22 @@ fn map_members(
     let mut spec = SubmitBatch { batch_name: batch.to_string(), app_name: app.to_string(), jobs: Vec::new(), params: Default::default() };
     let (mut included, mut refused) = (Vec::new(), Vec::new());
     let is_runner = templates.is_runner();
-    for (name, ad) in members {
-        let Some(ad) = ad else {
+    for (name, job) in members {
+        let Some(job) = job else {
             refused.push((name, SubmitFailure::Lost("the submit ad of this job was lost; condor_release the job")));
             continue;
         };
-        let mapped = map::choose_app(&ad, cfg).and_then(|(a, _)| {
-            let one = map::submit_batch_with_urls(&ad, &name, &a, templates, cfg, Some(scratch), urls)?;
+        let mapped = job.app().and_then(|a| {
+            let mapped = map::submit_batch_with_urls(&job, &name, templates, cfg, urls)?;
+            let one = input_files::stage(mapped, Some(scratch))?;
             // Where its files will go can be told now (a runner's outputs
             // are only known once the job has run).
             if is_runner {
-                map::runner_placement(&ad)?;
+                map::runner_placement(&job)?;
             } else {
-                map::output_plan(&ad, &a, &templates.outputs)?;
+                map::output_plan(&job, &a.name, &templates.outputs)?;
             }
-            Ok((a, one))
+            Ok((a.name.clone(), one))
         });
         match mapped {
             Ok((a, _)) if a != app => {
