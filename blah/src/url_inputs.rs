@@ -24,6 +24,7 @@ use futures_util::StreamExt;
 use gahp_protocol::classad::{ClassAd, ClassAdError, Value, MAX_DEPTH};
 use tokio::io::AsyncReadExt;
 
+use crate::map_error::config_name;
 use gahp_project::rpc::{self, BodyError};
 use gahp_services::atomic_file;
 use gahp_services::config::{BlahConfig, DaemonConfig};
@@ -174,10 +175,6 @@ pub fn shown(url: &str) -> String {
 /// Where a URL's file goes in `dir`: the MD5 of the URL.
 fn dest_of(dir: &Path, url: &str) -> PathBuf {
     dir.join(hex_md5(url.as_bytes()))
-}
-
-fn config_name(cfg: &BlahConfig) -> String {
-    cfg.config_file.as_ref().map_or_else(|| "~/.config/boinc-gahp/config.toml".into(), |p| p.display().to_string())
 }
 
 /// Fetches each URL once into `dir` (made if need be), at most
