@@ -16,10 +16,10 @@ use gahp_protocol::Authenticator;
 use tempfile::NamedTempFile;
 use zip::ZipArchive;
 
-use crate::map::hex_md5;
 use gahp_project::rpc::{Rpc, RpcClient, RpcError};
 use gahp_project::ProjectKey;
 use gahp_services::atomic_file;
+use gahp_services::digest::hex_md5;
 
 /// The zip is fetched when the jobs waiting for their outputs are at least
 /// 1/ZIP_SHARE of the batch's finished jobs (see [`worth_a_zip`]).

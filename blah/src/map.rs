@@ -99,7 +99,7 @@ pub fn project_key(url: &str, authenticator_file: &Path) -> String {
     hex_md5(&bytes)[..12].to_string()
 }
 
-pub(crate) use gahp_services::file_stager::hex_md5;
+use gahp_services::digest::hex_md5;
 
 /// What a job's batch shares with every other job of it (submit_batch's
 /// parameters are batch-wide): its app and its requests. `None` if it has

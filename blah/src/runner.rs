@@ -39,7 +39,7 @@ pub fn scratch_dir(state_dir: &Path, batch: &str) -> PathBuf {
             let _ = fs::remove_dir_all(e.path());
         }
     }
-    root.join(gahp_services::file_stager::hex_md5(batch.as_bytes()))
+    root.join(gahp_services::digest::hex_md5(batch.as_bytes()))
 }
 
 /// Removes a batch's archives once it is submitted (or failed): the

@@ -25,7 +25,7 @@ pub fn sequence_name(job: &BlahJob, prefix: &str) -> String {
     if plain {
         format!("{prefix}blah-{dir}")
     } else {
-        format!("{prefix}blah-md5-{}", map::hex_md5(dir.as_bytes()))
+        format!("{prefix}blah-md5-{}", gahp_services::digest::hex_md5(dir.as_bytes()))
     }
 }
 

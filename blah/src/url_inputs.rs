@@ -28,7 +28,7 @@ use crate::map_error::config_name;
 use gahp_project::rpc::{self, BodyError};
 use gahp_services::atomic_file;
 use gahp_services::config::{BlahConfig, DaemonConfig};
-use gahp_services::file_stager::hex_md5;
+use gahp_services::digest::hex_md5;
 
 /// URLs fetched at once per batch (each a download, or a plugin's run).
 pub const CONCURRENT_FETCHES: usize = 4;

@@ -118,11 +118,6 @@ fn stage_one(db: &StateDb, path: &Path) -> Result<StagedFile, StageError> {
     Ok(StagedFile { path: path.to_path_buf(), phys_name, size: meta.len(), from_cache })
 }
 
-/// Lowercase hex MD5 of some bytes.
-pub fn hex_md5(bytes: &[u8]) -> String {
-    Md5::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Lowercase hex MD5 of a file's content.
 pub fn md5_file(path: &Path) -> std::io::Result<String> {
     let mut file = std::fs::File::open(path)?;

@@ -16,6 +16,7 @@
 pub mod atomic_file;
 pub mod clock;
 pub mod config;
+pub mod digest;
 pub mod file_stager;
 pub mod metrics;
 pub mod metrics_http;
