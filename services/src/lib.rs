@@ -5,7 +5,8 @@
 //!
 //! * `state_db`: the SQLite file; `schema`: every table of it, made and
 //!   changed in that one place;
-//! * `file_stager`: MD5 content names and the hash cache;
+//! * `file_stager`: MD5 content names and the hash cache; `digest`: the
+//!   hex MD5 of bytes (pure);
 //! * `result_queue`: one result per accepted request, in order;
 //! * `config`, `clock`, `atomic_file` (whole or nothing), `unpack` (a
 //!   stranger's zip: bounded, checked, placed without following links);

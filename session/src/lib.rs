@@ -18,7 +18,7 @@
 //!                  gahp-project    one project's actor tree: RpcClient, SubmitPipeline,
 //!                                  BatchMonitor, OutputFetcher
 //! shared services  gahp-services   state_db, schema (every table), file_stager,
-//!                                  result_queue, config, clock, atomic_file, unpack,
+//!                                  result_queue, config, clock, digest, atomic_file, unpack,
 //!                                  metrics (and metrics_http, which serves them)
 //! ```
 //!
