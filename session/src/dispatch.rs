@@ -9,11 +9,15 @@
 //! selected project (its tree, or for a sequence command its
 //! SequenceRelocator) or the selected pool.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::Duration;
 
 use actix::prelude::*;
 use futures_util::future::LocalBoxFuture;
+use futures_util::FutureExt;
 use gahp_protocol::gahp::sequence_commands::SequenceResult;
 use gahp_protocol::gahp::{BlahCommand, Command, CommandResult, ReqId};
 use tokio::sync::OwnedSemaphorePermit;
@@ -22,7 +26,7 @@ use crate::runtime::Runtime;
 use gahp_blah::jobs::{BlahJobs, FinalStatusQueued, RunBlah};
 use gahp_broker::pools::{Pools, RunOnPool};
 use gahp_broker::registry::{Registry, SequencesOf, TreeOf};
-use gahp_project::tree::Run;
+use gahp_project::tree::{ProjectTree, Run};
 use gahp_project::ProjectKey;
 use gahp_services::result_queue::{Complete, ResultQueue};
 
@@ -38,9 +42,13 @@ pub enum Target {
 }
 
 /// The actors that answer commands, and the net under them.
-#[derive(Clone)]
 pub struct Dispatch {
     registry: Addr<Registry>,
+    /// The trees this session's commands went to, so that a command does
+    /// not wait for the registry's answer each time (2,000 pings at once
+    /// took 0.1 s longer so); one that died is asked of the registry
+    /// again, which replaces it.
+    trees: Rc<RefCell<HashMap<ProjectKey, Addr<ProjectTree>>>>,
     pools: Addr<Pools>,
     blah: Addr<BlahJobs>,
     queue: Addr<ResultQueue>,
@@ -53,6 +61,7 @@ impl Dispatch {
     pub fn new(runtime: &Runtime) -> Self {
         Dispatch {
             registry: runtime.projects.clone(),
+            trees: Rc::default(),
             pools: runtime.pools.clone(),
             blah: runtime.blah.clone(),
             queue: runtime.queue.clone(),
@@ -73,12 +82,13 @@ impl Dispatch {
         let answer = self.answer(to, command, place.is_some());
         let (queue, blah, limit) = (self.queue.clone(), self.blah.clone(), self.limit);
         // A task of its own, not a future in an actor's context (which
-        // actix polls whenever any of them wakes: O(in flight) each); the
-        // work in a task of its own too, so that its panic still yields
-        // a result.
+        // actix polls whenever any of them wakes: O(in flight) each). The
+        // work itself runs in the actors that answer (a panic there stops
+        // the actor: `stopped` below); a panic on the way to them still
+        // yields a result.
         actix_rt::spawn(async move {
-            let mut work = actix_rt::spawn(answer);
-            let result = match tokio::time::timeout(limit, &mut work).await {
+            let answer = std::panic::AssertUnwindSafe(answer).catch_unwind();
+            let result = match tokio::time::timeout(limit, answer).await {
                 Ok(Ok(Ok(result))) => result,
                 Ok(Ok(Err(stopped))) => Command::failure_of(
                     code,
@@ -87,10 +97,7 @@ impl Dispatch {
                 Ok(Err(_)) => {
                     Command::failure_of(code, format!("{code} failed: internal error (a panic); the command may not have completed"))
                 }
-                Err(_) => {
-                    work.abort();
-                    Command::failure_of(code, format!("{code} timed out after {} s", limit.as_secs()))
-                }
+                Err(_) => Command::failure_of(code, format!("{code} timed out after {} s", limit.as_secs())),
             };
             let delivered = status_of.filter(|_| matches!(&result, CommandResult::Blah(r) if r.is_final_status()));
             queue.do_send(Complete { reqid, result });
@@ -118,9 +125,14 @@ impl Dispatch {
                 Box::pin(async move { pools.send(RunOnPool { pool, command }).await.map_err(|_| "the broker") })
             }
             (Command::Boinc(command), Target::Project(key)) => {
-                let registry = self.registry.clone();
+                let known = self.trees.borrow().get(&key).filter(|t| t.connected()).cloned();
+                if let Some(tree) = known {
+                    return Box::pin(async move { tree.send(Run { command }).await.map_err(|_| "the project's worker") });
+                }
+                let (registry, trees) = (self.registry.clone(), self.trees.clone());
                 Box::pin(async move {
-                    let tree = registry.send(TreeOf(key)).await.map_err(|_| "the project registry")?;
+                    let tree = registry.send(TreeOf(key.clone())).await.map_err(|_| "the project registry")?;
+                    trees.borrow_mut().insert(key, tree.clone());
                     tree.send(Run { command }).await.map_err(|_| "the project's worker")
                 })
             }
