@@ -9,7 +9,7 @@ use crate::apps::AppSpec;
 use crate::clock::Clock;
 use crate::config::{HostBehaviour, SimConfig};
 use crate::faults::Faults;
-use crate::store::Store;
+use crate::project_db::Store;
 
 /// An app with its database id.
 #[derive(Debug, Clone)]

@@ -21,7 +21,7 @@ use zip::ZipWriter;
 use crate::apps::runner::{self, EXIT_CODE_FILE, STDERR_FILE, STDOUT_FILE};
 use crate::apps::{AppSpec, InstanceRun};
 use crate::ctx::Ctx;
-use crate::store::{Instance, Workunit};
+use crate::project_db::{Instance, Workunit};
 
 /// The kinds of hostile `condor_out.zip`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]

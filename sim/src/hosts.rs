@@ -28,8 +28,8 @@ use tokio::sync::{oneshot, watch, Semaphore};
 use crate::apps::{self, AppSpec, InstanceRun};
 use crate::ctx::Ctx;
 use crate::lifecycle;
+use crate::project_db::{self, secs, Instance, Res, Workunit, NEVER};
 use crate::replica;
-use crate::store::{self, secs, Instance, Res, Workunit, NEVER};
 
 /// Exit status of an instance the host itself failed (the `error_rate`
 /// draw, or an instance that could not be started).
@@ -143,7 +143,7 @@ impl Engine {
         let ctx = self.ctx.clone();
         let _ = tokio::task::spawn_blocking(move || {
             let c = ctx.store.lock();
-            let _ = store::meta_set(&c, "sim_time", &ctx.clock.now().to_string());
+            let _ = project_db::meta_set(&c, "sim_time", &ctx.clock.now().to_string());
         })
         .await;
     }
@@ -336,14 +336,14 @@ fn round_db(ctx: &Ctx, c: &Connection, now: f64, reports: Vec<Report>, free: &[F
         let _ = std::fs::remove_dir_all(slot);
     }
     time_out(&tx, now)?;
-    let due = store::wus_due(&tx, now, ctx.cfg.transition_batch)?;
+    let due = project_db::wus_due(&tx, now, ctx.cfg.transition_batch)?;
     for wu in due {
         transition(&tx, &wu, now)?;
     }
     lifecycle::expire_batches(&tx, now)?;
     lifecycle::collect_garbage(ctx, &tx, now)?;
     let d = dispatch(ctx, &tx, now, free)?;
-    store::meta_set(&tx, "sim_time", &now.to_string())?;
+    project_db::meta_set(&tx, "sim_time", &now.to_string())?;
     tx.commit()?;
     Ok(d)
 }
@@ -367,10 +367,10 @@ fn output_name(instance: &str, i: usize) -> String {
 }
 
 fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
-    let Some(x) = store::result_by_id(c, r.result_id)? else {
+    let Some(x) = project_db::result_by_id(c, r.result_id)? else {
         return Ok(());
     };
-    if x.server_state != store::RS_IN_PROGRESS || x.sent_time != r.sent_time {
+    if x.server_state != project_db::RS_IN_PROGRESS || x.sent_time != r.sent_time {
         // Timed out meanwhile: the late report is dropped.
         tracing::debug!(result = x.id, "late report dropped");
         return Ok(());
@@ -384,8 +384,8 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
     };
     let cpu = micro(r.elapsed * busy);
     // The outputs of a retired batch are not kept (its files are gone).
-    let keep_outputs = store::batch_by_id(c, x.batch)?.map(|b| b.state != store::BATCH_RETIRED).unwrap_or(false);
-    let wu = store::wu_by_id(c, x.workunitid)?;
+    let keep_outputs = project_db::batch_by_id(c, x.batch)?.map(|b| b.state != project_db::BATCH_RETIRED).unwrap_or(false);
+    let wu = project_db::wu_by_id(c, x.workunitid)?;
     let app = wu.as_ref().and_then(|w| ctx.app_by_id(w.appid));
     // A hostile host sends an output zip of its own (the fault plan's
     // hostile_outputs, hostile.rs), before anything reads it.
@@ -400,16 +400,16 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
     let mut refused = None;
     let (outcome, exit_status, stderr, outputs, hash) = match r.outcome {
         RunOutcome::HostError(msg) => {
-            (store::OUTCOME_CLIENT_ERROR, HOST_ERROR_EXIT, apps::wrap_stderr("", Some(&msg)), Vec::new(), String::new())
+            (project_db::OUTCOME_CLIENT_ERROR, HOST_ERROR_EXIT, apps::wrap_stderr("", Some(&msg)), Vec::new(), String::new())
         }
         RunOutcome::Ran(run) => {
             // A missing optional output is no error (the client just does
             // not upload it).
             let complete = run.outputs.iter().enumerate().all(|(i, o)| o.is_some() || optional(i));
             if run.exit_status != 0 {
-                (store::OUTCOME_CLIENT_ERROR, run.exit_status as i64, run.stderr, Vec::new(), String::new())
+                (project_db::OUTCOME_CLIENT_ERROR, run.exit_status as i64, run.stderr, Vec::new(), String::new())
             } else if !complete {
-                (store::OUTCOME_CLIENT_ERROR, MISSING_OUTPUT_EXIT, run.stderr, Vec::new(), String::new())
+                (project_db::OUTCOME_CLIENT_ERROR, MISSING_OUTPUT_EXIT, run.stderr, Vec::new(), String::new())
             } else {
                 let mut names = Vec::new();
                 let mut h = Md5::new();
@@ -448,23 +448,23 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
                     }
                     names.push(name);
                 }
-                (store::OUTCOME_SUCCESS, 0, run.stderr, names, crate::files::hex(&h.finalize()))
+                (project_db::OUTCOME_SUCCESS, 0, run.stderr, names, crate::files::hex(&h.finalize()))
             }
         }
     };
     // Cobblestones: 200 per day of 1 GFLOPS.
-    let credit = if outcome == store::OUTCOME_SUCCESS { cpu * r.host_flops / 1e9 * 200.0 / 86400.0 } else { 0.0 };
+    let credit = if outcome == project_db::OUTCOME_SUCCESS { cpu * r.host_flops / 1e9 * 200.0 / 86400.0 } else { 0.0 };
     // Reported after the canonical instance was chosen: compared with it.
-    let mut validate_state = store::VALIDATE_INIT;
-    if refused.is_some() && outcome == store::OUTCOME_SUCCESS {
+    let mut validate_state = project_db::VALIDATE_INIT;
+    if refused.is_some() && outcome == project_db::OUTCOME_SUCCESS {
         // As a validator's init_result refusing it: never part of a quorum.
-        validate_state = store::VALIDATE_INVALID;
+        validate_state = project_db::VALIDATE_INVALID;
     } else if let Some(wu) = &wu {
-        if wu.canonical_resultid != 0 && outcome == store::OUTCOME_SUCCESS {
-            let canon = store::result_by_id(c, wu.canonical_resultid)?;
+        if wu.canonical_resultid != 0 && outcome == project_db::OUTCOME_SUCCESS {
+            let canon = project_db::result_by_id(c, wu.canonical_resultid)?;
             validate_state = match canon {
-                Some(k) if k.output_hash == hash => store::VALIDATE_VALID,
-                _ => store::VALIDATE_INVALID,
+                Some(k) if k.output_hash == hash => project_db::VALIDATE_VALID,
+                _ => project_db::VALIDATE_INVALID,
             };
         }
     }
@@ -474,7 +474,7 @@ fn apply_report(ctx: &Ctx, c: &Connection, r: Report, now: f64) -> Res<()> {
          validate_state = ?9, granted_credit = ?10 WHERE id = ?11",
     )?
     .execute(params![outcome, exit_status, elapsed, cpu, stderr, outputs.join("\n"), hash, now, validate_state, credit, x.id])?;
-    store::set_transition_time(c, x.workunitid, now)?;
+    project_db::set_transition_time(c, x.workunitid, now)?;
     Ok(())
 }
 
@@ -517,21 +517,21 @@ fn time_out(c: &Connection, now: f64) -> Res<()> {
     for (id, wu) in late {
         tracing::debug!(result = id, "instance timed out");
         c.prepare_cached("UPDATE result SET server_state = 5, outcome = 4 WHERE id = ?1")?.execute([id])?;
-        store::set_transition_time(c, wu, now)?;
+        project_db::set_transition_time(c, wu, now)?;
     }
     Ok(())
 }
 
 /// Validation, error limits and new instances for one job.
 fn transition(c: &Connection, wu: &Workunit, now: f64) -> Res<()> {
-    let mut results: Vec<Instance> = store::results_of_wu(c, wu.id)?;
+    let mut results: Vec<Instance> = project_db::results_of_wu(c, wu.id)?;
     let mut canonical = wu.canonical_resultid;
     let mut error_mask = wu.error_mask;
     let mut target = wu.target_nresults;
 
     if canonical == 0 && error_mask == 0 {
         let ok: Vec<usize> = (0..results.len())
-            .filter(|&i| results[i].outcome == store::OUTCOME_SUCCESS && results[i].validate_state != store::VALIDATE_INVALID)
+            .filter(|&i| results[i].outcome == project_db::OUTCOME_SUCCESS && results[i].validate_state != project_db::VALIDATE_INVALID)
             .collect();
         if ok.len() as i64 >= wu.min_quorum {
             // Group identical outputs; the first group to reach the quorum wins.
@@ -548,12 +548,12 @@ fn transition(c: &Connection, wu: &Workunit, now: f64) -> Res<()> {
                     canonical = results[g[0]].id;
                     for &i in &ok {
                         results[i].validate_state =
-                            if results[i].output_hash == *hash { store::VALIDATE_VALID } else { store::VALIDATE_INVALID };
+                            if results[i].output_hash == *hash { project_db::VALIDATE_VALID } else { project_db::VALIDATE_INVALID };
                     }
                 }
                 None => {
                     for &i in &ok {
-                        results[i].validate_state = store::VALIDATE_INCONCLUSIVE;
+                        results[i].validate_state = project_db::VALIDATE_INCONCLUSIVE;
                     }
                     target = target.max(ok.len() as i64 + 1);
                 }
@@ -566,26 +566,26 @@ fn transition(c: &Connection, wu: &Workunit, now: f64) -> Res<()> {
     }
 
     let count = |f: &dyn Fn(&Instance) -> bool| results.iter().filter(|x| f(x)).count() as i64;
-    let nunsent = count(&|x| x.server_state == store::RS_UNSENT);
-    let ninprog = count(&|x| x.server_state == store::RS_IN_PROGRESS);
-    let nsuccess = count(&|x| x.outcome == store::OUTCOME_SUCCESS && x.validate_state != store::VALIDATE_INVALID);
+    let nunsent = count(&|x| x.server_state == project_db::RS_UNSENT);
+    let ninprog = count(&|x| x.server_state == project_db::RS_IN_PROGRESS);
+    let nsuccess = count(&|x| x.outcome == project_db::OUTCOME_SUCCESS && x.validate_state != project_db::VALIDATE_INVALID);
     let nerrors = count(&|x| {
-        matches!(x.outcome, store::OUTCOME_CLIENT_ERROR | store::OUTCOME_VALIDATE_ERROR)
-            || (x.outcome == store::OUTCOME_SUCCESS && x.validate_state == store::VALIDATE_INVALID)
+        matches!(x.outcome, project_db::OUTCOME_CLIENT_ERROR | project_db::OUTCOME_VALIDATE_ERROR)
+            || (x.outcome == project_db::OUTCOME_SUCCESS && x.validate_state == project_db::VALIDATE_INVALID)
     });
     let ntotal = results.len() as i64;
 
     if canonical == 0 && error_mask == 0 {
         if nerrors > wu.max_error_results {
-            error_mask |= store::WU_ERROR_TOO_MANY_ERRORS;
+            error_mask |= project_db::WU_ERROR_TOO_MANY_ERRORS;
         } else if nsuccess > wu.max_success_results {
-            error_mask |= store::WU_ERROR_TOO_MANY_SUCCESS;
+            error_mask |= project_db::WU_ERROR_TOO_MANY_SUCCESS;
         } else {
             let need = target - nunsent - ninprog - nsuccess;
             if need > 0 {
                 if ntotal + need > wu.max_total_results {
-                    error_mask |= store::WU_ERROR_TOO_MANY_TOTAL;
-                } else if store::wu_target(c, wu.id)?.is_some() {
+                    error_mask |= project_db::WU_ERROR_TOO_MANY_TOTAL;
+                } else if project_db::wu_target(c, wu.id)?.is_some() {
                     // TRANSITION_NO_NEW_RESULTS: the scheduler makes the
                     // instance when the target asks for work.
                 } else {
@@ -603,8 +603,8 @@ fn transition(c: &Connection, wu: &Workunit, now: f64) -> Res<()> {
     if target != wu.target_nresults {
         c.prepare_cached("UPDATE workunit SET target_nresults = ?1 WHERE id = ?2")?.execute(params![target, wu.id])?;
     }
-    store::set_wu_outcome(c, wu, canonical, error_mask, now)?;
-    store::set_transition_time(c, wu.id, NEVER)
+    project_db::set_wu_outcome(c, wu, canonical, error_mask, now)?;
+    project_db::set_transition_time(c, wu.id, NEVER)
 }
 
 /// The instances in progress on hosts of the current configuration (host
@@ -624,7 +624,7 @@ fn resume_db(ctx: &Ctx, c: &Connection, host_ids: &[i64]) -> Res<Vec<Dispatch>> 
         if !busy.insert(host) {
             continue;
         }
-        let Some(wu) = store::wu_by_id(c, wuid)? else {
+        let Some(wu) = project_db::wu_by_id(c, wuid)? else {
             continue;
         };
         let Some(app) = ctx.app_by_id(wu.appid) else {
@@ -671,7 +671,7 @@ fn dispatch(ctx: &Ctx, c: &Connection, now: f64, free: &[FreeHost]) -> Res<Vec<D
             }
         }
         let Some((rid, wuid)) = picked else { continue };
-        let Some(wu) = store::wu_by_id(c, wuid)? else { continue };
+        let Some(wu) = project_db::wu_by_id(c, wuid)? else { continue };
         let Some(app) = ctx.app_by_id(wu.appid) else {
             tracing::warn!(job = %wu.name, "job of an app the sim no longer has; left unsent");
             continue;
@@ -726,12 +726,13 @@ fn targeted_instance(c: &Connection, host: &FreeHost, now: f64) -> Res<Option<(i
         .query_map(params![ASSIGN_HOST, host.id, ASSIGN_USER, host.user_id, now], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for wuid in wus {
-        let Some(wu) = store::wu_by_id(c, wuid)? else { continue };
-        let results = store::results_of_wu(c, wu.id)?;
+        let Some(wu) = project_db::wu_by_id(c, wuid)? else { continue };
+        let results = project_db::results_of_wu(c, wu.id)?;
         let live = results
             .iter()
             .filter(|x| {
-                x.server_state != store::RS_OVER || (x.outcome == store::OUTCOME_SUCCESS && x.validate_state != store::VALIDATE_INVALID)
+                x.server_state != project_db::RS_OVER
+                    || (x.outcome == project_db::OUTCOME_SUCCESS && x.validate_state != project_db::VALIDATE_INVALID)
             })
             .count() as i64;
         if wu.target_nresults - live <= 0 {
@@ -750,7 +751,7 @@ fn targeted_instance(c: &Connection, host: &FreeHost, now: f64) -> Res<Option<(i
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::Store;
+    use crate::project_db::Store;
 
     /// A job with successful instances whose outputs hash as given.
     fn job_with(hashes: &[&str], min_quorum: i64, target: i64) -> (Store, i64) {
@@ -779,9 +780,9 @@ mod tests {
 
     fn run(s: &Store, id: i64) -> (Workunit, Vec<Instance>) {
         let c = s.lock();
-        let wu = store::wu_by_id(&c, id).unwrap().unwrap();
+        let wu = project_db::wu_by_id(&c, id).unwrap().unwrap();
         transition(&c, &wu, 1000.0).unwrap();
-        (store::wu_by_id(&c, id).unwrap().unwrap(), store::results_of_wu(&c, id).unwrap())
+        (project_db::wu_by_id(&c, id).unwrap().unwrap(), project_db::results_of_wu(&c, id).unwrap())
     }
 
     #[test]
@@ -801,8 +802,8 @@ mod tests {
         assert_eq!((wu.canonical_resultid, wu.error_mask), (0, 0));
         assert_eq!(wu.target_nresults, 3);
         assert_eq!(xs.len(), 3);
-        assert_eq!((xs[2].name.as_str(), xs[2].server_state), ("j_2", store::RS_UNSENT));
-        assert!(xs[..2].iter().all(|x| x.validate_state == store::VALIDATE_INCONCLUSIVE));
+        assert_eq!((xs[2].name.as_str(), xs[2].server_state), ("j_2", project_db::RS_UNSENT));
+        assert!(xs[..2].iter().all(|x| x.validate_state == project_db::VALIDATE_INCONCLUSIVE));
         assert_eq!(wu.mod_time, 0, "no change of the job's own fields, no bump");
     }
 
@@ -810,7 +811,7 @@ mod tests {
     fn too_many_successes_without_agreement_is_an_error() {
         let (s, id) = job_with(&["a", "b", "c", "d", "e", "f", "g"], 2, 2);
         let (wu, _) = run(&s, id);
-        assert_eq!(wu.error_mask, store::WU_ERROR_TOO_MANY_SUCCESS);
+        assert_eq!(wu.error_mask, project_db::WU_ERROR_TOO_MANY_SUCCESS);
         assert_eq!(wu.mod_time, 1000);
     }
 }

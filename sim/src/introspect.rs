@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 
 use crate::ctx::Ctx;
 use crate::faults::FaultPlan;
+use crate::project_db::{self, Res};
 use crate::rpc::{job_status, submit_rpc::instance_state_text};
-use crate::store::{self, Res};
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -75,8 +75,8 @@ async fn state(req: HttpRequest, ctx: web::Data<Ctx>) -> HttpResponse {
 }
 
 fn build_state(ctx: &Ctx, c: &Connection, only_batch: Option<i64>, with_jobs: bool) -> Res<Value> {
-    let batches: Vec<store::Batch> =
-        store::all_batches(c)?.into_iter().filter(|b| only_batch.is_none() || only_batch == Some(b.id)).collect();
+    let batches: Vec<project_db::Batch> =
+        project_db::all_batches(c)?.into_iter().filter(|b| only_batch.is_none() || only_batch == Some(b.id)).collect();
     let mut jb = Vec::new();
     let mut jobs = Vec::new();
     for b in &batches {
@@ -94,7 +94,7 @@ fn build_state(ctx: &Ctx, c: &Connection, only_batch: Option<i64>, with_jobs: bo
             continue;
         }
         let mut by_wu: HashMap<i64, Vec<Value>> = HashMap::new();
-        for x in store::results_of_batch(c, b.id)? {
+        for x in project_db::results_of_batch(c, b.id)? {
             by_wu.entry(x.workunitid).or_default().push(json!({
                 "id": x.id,
                 "name": x.name,
@@ -115,8 +115,8 @@ fn build_state(ctx: &Ctx, c: &Connection, only_batch: Option<i64>, with_jobs: bo
                 "granted_credit": x.granted_credit,
             }));
         }
-        for wu in store::wus_of_batch(c, b.id)? {
-            let target = store::wu_target(c, wu.id)?.map(|(kind, id)| {
+        for wu in project_db::wus_of_batch(c, b.id)? {
+            let target = project_db::wu_target(c, wu.id)?.map(|(kind, id)| {
                 let kind = if kind == crate::rpc::submit_rpc::ASSIGN_HOST { "host" } else { "user" };
                 json!({ "type": kind, "id": id })
             });
@@ -143,13 +143,13 @@ fn build_state(ctx: &Ctx, c: &Connection, only_batch: Option<i64>, with_jobs: bo
     }
     let mut files = Vec::new();
     let mut known = std::collections::HashSet::new();
-    for jf in store::all_job_files(c)? {
+    for jf in project_db::all_job_files(c)? {
         let size = std::fs::metadata(ctx.dirs.download.join(&jf.name)).map(|m| m.len() as i64).unwrap_or(-1);
         known.insert(jf.name.clone());
         files.push(json!({
             "name": jf.name,
             "size": size,
-            "batches": store::assoc_batches(c, jf.id)?,
+            "batches": project_db::assoc_batches(c, jf.id)?,
             "record": true,
             "create_time": jf.create_time,
             "delete_time": jf.delete_time,
@@ -232,11 +232,11 @@ async fn add_user(body: web::Bytes, ctx: web::Data<Ctx>) -> HttpResponse {
     let auth = u.authenticator.clone().unwrap_or_else(crate::random_authenticator);
     let auth2 = auth.clone();
     let res = with_db(ctx, move |ctx, c| {
-        if store::user_by_auth(c, &auth2)?.is_some() {
+        if project_db::user_by_auth(c, &auth2)?.is_some() {
             return Ok(None);
         }
         let submit = (!u.no_submit).then_some((u.submit_all, app_ids.as_slice()));
-        Ok(Some(store::create_user(c, &u.name, &auth2, ctx.clock.now(), submit)?))
+        Ok(Some(project_db::create_user(c, &u.name, &auth2, ctx.clock.now(), submit)?))
     })
     .await;
     match res {

@@ -31,11 +31,11 @@ mod http;
 mod introspect;
 mod lifecycle;
 pub mod php;
+mod project_db;
 mod replica;
 mod replies;
 mod rpc;
 mod server_status;
-mod store;
 pub mod xmlreq;
 
 use std::net::SocketAddr;
@@ -168,33 +168,33 @@ fn other(e: impl std::fmt::Display) -> std::io::Error {
 /// Prepares the database: apps, the default user (created with a random
 /// authenticator on first start), the configured users. Returns the
 /// default user's authenticator.
-fn init_db(cfg: &SimConfig, c: &rusqlite::Connection, now: f64) -> store::Res<(Vec<ctx::App>, String)> {
+fn init_db(cfg: &SimConfig, c: &rusqlite::Connection, now: f64) -> project_db::Res<(Vec<ctx::App>, String)> {
     let mut apps = Vec::new();
     for spec in &cfg.apps {
-        apps.push(ctx::App { id: store::ensure_app(c, &spec.name)?, spec: spec.clone() });
+        apps.push(ctx::App { id: project_db::ensure_app(c, &spec.name)?, spec: spec.clone() });
     }
-    let default_auth = match store::meta_get(c, "default_user_id")?
+    let default_auth = match project_db::meta_get(c, "default_user_id")?
         .and_then(|v| v.parse::<i64>().ok())
-        .map(|id| store::user_by_id(c, id))
+        .map(|id| project_db::user_by_id(c, id))
         .transpose()?
         .flatten()
     {
         Some(u) => u.authenticator,
         None => {
             let auth = random_authenticator();
-            let id = store::create_user(c, "sim_admin", &auth, now, Some((true, &[])))?;
-            store::meta_set(c, "default_user_id", &id.to_string())?;
+            let id = project_db::create_user(c, "sim_admin", &auth, now, Some((true, &[])))?;
+            project_db::meta_set(c, "default_user_id", &id.to_string())?;
             auth
         }
     };
     for u in &cfg.users {
-        if store::user_by_name(c, &u.name)?.is_some() {
+        if project_db::user_by_name(c, &u.name)?.is_some() {
             continue;
         }
         let auth = u.authenticator.clone().unwrap_or_else(random_authenticator);
         let ids: Vec<i64> = u.apps.iter().filter_map(|n| apps.iter().find(|a| a.spec.name == *n).map(|a| a.id)).collect();
         let submit = (!u.no_submit).then_some((u.submit_all, ids.as_slice()));
-        store::create_user(c, &u.name, &auth, now, submit)?;
+        project_db::create_user(c, &u.name, &auth, now, submit)?;
     }
     Ok((apps, default_auth))
 }
@@ -225,10 +225,10 @@ pub async fn start(opts: SimOptions) -> std::io::Result<SimHandle> {
     let _ = std::fs::remove_dir_all(&dirs.slots);
     std::fs::create_dir_all(&dirs.slots)?;
 
-    let db = store::Store::open(&root.join("sim.db")).map_err(other)?;
+    let db = project_db::Store::open(&root.join("sim.db")).map_err(other)?;
     let (apps, authenticator, not_before) = {
         let c = db.lock();
-        let not_before = store::meta_get(&c, "sim_time").map_err(other)?.and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let not_before = project_db::meta_get(&c, "sim_time").map_err(other)?.and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
         let (apps, auth) = init_db(&cfg, &c, clock::wall_now().max(not_before)).map_err(other)?;
         (apps, auth, not_before)
     };

@@ -5,7 +5,7 @@ use rusqlite::{params, Connection};
 
 use crate::ctx::Ctx;
 use crate::files;
-use crate::store::{self, secs, Batch, Res, WU_ERROR_CANCELLED};
+use crate::project_db::{self, secs, Batch, Res, WU_ERROR_CANCELLED};
 
 /// `abort_batch`: every job cancelled (unsent instances dropped), state
 /// aborted, completion time now.
@@ -17,7 +17,7 @@ pub fn abort_batch(c: &Connection, b: &Batch, now: f64) -> Res<()> {
     )?
     .execute(params![WU_ERROR_CANCELLED, secs(now), now, b.id])?;
     c.prepare_cached("UPDATE batch SET state = ?1, completion_time = ?2 WHERE id = ?3")?.execute(params![
-        store::BATCH_ABORTED,
+        project_db::BATCH_ABORTED,
         secs(now),
         b.id
     ])?;
@@ -28,8 +28,8 @@ pub fn abort_batch(c: &Connection, b: &Batch, now: f64) -> Res<()> {
 /// instance in progress or over are cancelled (unless the batch is still
 /// in init state), state retired. Its files go at the next cleanup.
 pub fn retire_batch(c: &Connection, b: Batch, now: f64) -> Res<()> {
-    let b = store::recompute_batch(c, b, now)?;
-    if b.state != store::BATCH_INIT {
+    let b = project_db::recompute_batch(c, b, now)?;
+    if b.state != project_db::BATCH_INIT {
         const NEVER_RAN: &str = "canonical_resultid = 0 AND error_mask = 0 AND NOT EXISTS \
             (SELECT 1 FROM result r WHERE r.workunitid = w.id AND r.server_state IN (4, 5))";
         c.prepare_cached(&format!(
@@ -43,7 +43,7 @@ pub fn retire_batch(c: &Connection, b: Batch, now: f64) -> Res<()> {
         ))?
         .execute(params![WU_ERROR_CANCELLED, secs(now), now, b.id])?;
     }
-    c.prepare_cached("UPDATE batch SET state = ?1, files_pending = 1 WHERE id = ?2")?.execute(params![store::BATCH_RETIRED, b.id])?;
+    c.prepare_cached("UPDATE batch SET state = ?1, files_pending = 1 WHERE id = ?2")?.execute(params![project_db::BATCH_RETIRED, b.id])?;
     Ok(())
 }
 
@@ -52,13 +52,13 @@ pub fn retire_batch(c: &Connection, b: Batch, now: f64) -> Res<()> {
 pub fn expire_batches(c: &Connection, now: f64) -> Res<usize> {
     let ids: Vec<i64> = c
         .prepare_cached("SELECT id FROM batch WHERE expire_time > 0 AND expire_time < ?1 AND state != ?2")?
-        .query_map(params![now, store::BATCH_RETIRED], |r| r.get(0))?
+        .query_map(params![now, project_db::BATCH_RETIRED], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     for id in &ids {
-        if let Some(b) = store::batch_by_id(c, *id)? {
+        if let Some(b) = project_db::batch_by_id(c, *id)? {
             tracing::info!(batch = b.id, name = %b.name, "batch expired: aborting and retiring");
             abort_batch(c, &b, now)?;
-            if let Some(b) = store::batch_by_id(c, *id)? {
+            if let Some(b) = project_db::batch_by_id(c, *id)? {
                 retire_batch(c, b, now)?;
             }
         }
@@ -73,7 +73,7 @@ pub fn collect_garbage(ctx: &Ctx, c: &Connection, now: f64) -> Res<()> {
     let pending: Vec<i64> =
         c.prepare_cached("SELECT id FROM batch WHERE files_pending = 1")?.query_map([], |r| r.get(0))?.collect::<rusqlite::Result<_>>()?;
     for id in pending {
-        for x in store::results_of_batch(c, id)? {
+        for x in project_db::results_of_batch(c, id)? {
             for f in x.output_files.iter().filter(|f| !f.is_empty()) {
                 files::remove(&ctx.dirs.upload.join(f));
             }
@@ -88,12 +88,12 @@ pub fn collect_garbage(ctx: &Ctx, c: &Connection, now: f64) -> Res<()> {
              AND (EXISTS (SELECT 1 FROM batch_file_assoc a WHERE a.job_file_id = j.id) \
                   OR (j.delete_time > 0 AND j.delete_time < ?2))",
         )?
-        .query_map(params![store::BATCH_ABORTED, now], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .query_map(params![project_db::BATCH_ABORTED, now], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     for (id, name) in dead {
         tracing::info!(file = %name, "deleting input file no live batch needs");
         files::remove(&ctx.dirs.download.join(&name));
-        store::delete_job_file(c, id)?;
+        project_db::delete_job_file(c, id)?;
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 
 use actix_web::http::StatusCode;
 
-use crate::store::{Batch, StoreError};
+use crate::project_db::{Batch, ProjectDbError};
 
 pub const XML_DECL: &str = "<?xml version=\"1.0\" encoding=\"ISO-8859-1\" ?>\n";
 /// What Apache + PHP send for `header('Content-type: text/xml')`.
@@ -38,11 +38,11 @@ pub enum Fail {
     /// A PHP fatal error: this text follows whatever was printed.
     Fatal(String),
     /// The sim's own trouble, shown as a PHP fatal error.
-    Store(StoreError),
+    Store(ProjectDbError),
 }
 
-impl From<StoreError> for Fail {
-    fn from(e: StoreError) -> Self {
+impl From<ProjectDbError> for Fail {
+    fn from(e: ProjectDbError) -> Self {
         Fail::Store(e)
     }
 }

@@ -10,8 +10,8 @@ use rusqlite::Connection;
 
 use crate::ctx::{Ctx, ZipSpoil};
 use crate::files;
+use crate::project_db::{self, Instance, Res};
 use crate::replies::{self, html_error_page, output_error, Reply};
-use crate::store::{self, Instance, Res};
 
 /// The query string as PHP's `$_GET` (the last of repeated keys wins).
 pub fn parse_query(q: &str) -> HashMap<String, String> {
@@ -111,10 +111,10 @@ fn or_fatal(ctx: &Ctx, r: Res<Reply>) -> Reply {
 
 /// The owner's authenticator of a job, or the error to answer.
 fn owner_auth(c: &Connection, batch_id: i64) -> Res<Result<String, Reply>> {
-    let Some(b) = store::batch_by_id(c, batch_id)? else {
+    let Some(b) = project_db::batch_by_id(c, batch_id)? else {
         return Ok(Err(output_error(&format!("no batch {batch_id}"))));
     };
-    let Some(u) = store::user_by_id(c, b.user_id)? else {
+    let Some(u) = project_db::user_by_id(c, b.user_id)? else {
         return Ok(Err(output_error(&format!("no user {}", b.user_id))));
     };
     Ok(Ok(u.authenticator))
@@ -134,7 +134,7 @@ fn serve_output(ctx: &Ctx, x: &Instance, file_num: i64) -> Reply {
 }
 
 fn workunit_file(ctx: &Ctx, c: &Connection, wu_name: &str, file_num: i64, auth: &str) -> Res<Reply> {
-    let Some(wu) = store::wu_by_name(c, wu_name)? else {
+    let Some(wu) = project_db::wu_by_name(c, wu_name)? else {
         return Ok(output_error(&format!("no workunit {}", ctx.html(wu_name))));
     };
     let owner = match owner_auth(c, wu.batch)? {
@@ -146,7 +146,7 @@ fn workunit_file(ctx: &Ctx, c: &Connection, wu_name: &str, file_num: i64, auth: 
     }
     let canonical = match wu.canonical_resultid {
         0 => None,
-        id => store::result_by_id(c, id)?,
+        id => project_db::result_by_id(c, id)?,
     };
     let Some(x) = canonical else {
         return Ok(output_error(&format!("no canonical result for wu {}", ctx.html(&wu.name))));
@@ -155,10 +155,10 @@ fn workunit_file(ctx: &Ctx, c: &Connection, wu_name: &str, file_num: i64, auth: 
 }
 
 fn result_file(ctx: &Ctx, c: &Connection, name: &str, file_num: i64, auth: &str) -> Res<Reply> {
-    let Some(x) = store::result_by_name(c, name)? else {
+    let Some(x) = project_db::result_by_name(c, name)? else {
         return Ok(output_error(&format!("no job instance {}", ctx.html(name))));
     };
-    let Some(wu) = store::wu_by_id(c, x.workunitid)? else {
+    let Some(wu) = project_db::wu_by_id(c, x.workunitid)? else {
         return Ok(output_error(&format!("no job {}", x.workunitid)));
     };
     let owner = match owner_auth(c, wu.batch)? {
@@ -183,11 +183,11 @@ fn random_suffix() -> String {
 /// A zip of the canonical outputs of `wus` (flat, physical names), in job
 /// order; `None` when there is nothing to put in it (the real script then
 /// sends an empty file: `zip` never made the archive).
-fn zip_outputs(ctx: &Ctx, c: &Connection, wus: &[store::Workunit], spoil: Option<ZipSpoil>) -> Res<Option<Vec<u8>>> {
+fn zip_outputs(ctx: &Ctx, c: &Connection, wus: &[project_db::Workunit], spoil: Option<ZipSpoil>) -> Res<Option<Vec<u8>>> {
     use zip::write::SimpleFileOptions;
     let mut files = Vec::new();
     for wu in wus.iter().filter(|w| w.canonical_resultid != 0) {
-        let Some(x) = store::result_by_id(c, wu.canonical_resultid)? else {
+        let Some(x) = project_db::result_by_id(c, wu.canonical_resultid)? else {
             continue;
         };
         for n in x.output_files.iter().filter(|n| !n.is_empty()) {
@@ -228,7 +228,7 @@ fn zip_outputs(ctx: &Ctx, c: &Connection, wus: &[store::Workunit], spoil: Option
 }
 
 fn workunit_files(ctx: &Ctx, c: &Connection, wu_id: i64, auth: &str) -> Res<Reply> {
-    let Some(wu) = store::wu_by_id(c, wu_id)? else {
+    let Some(wu) = project_db::wu_by_id(c, wu_id)? else {
         return Ok(output_error(&format!("no workunit {wu_id}")));
     };
     let owner = match owner_auth(c, wu.batch)? {
@@ -256,14 +256,14 @@ enum BatchRef {
 
 fn batch_files(ctx: &Ctx, c: &Connection, by: BatchRef, auth: &str) -> Res<Reply> {
     let batch = match by {
-        BatchRef::Id(id) => store::batch_by_id(c, id)?.ok_or_else(|| id.to_string()),
-        BatchRef::Name(n) => store::batch_by_name(c, &n.to_string())?.ok_or_else(|| n.to_string()),
+        BatchRef::Id(id) => project_db::batch_by_id(c, id)?.ok_or_else(|| id.to_string()),
+        BatchRef::Name(n) => project_db::batch_by_name(c, &n.to_string())?.ok_or_else(|| n.to_string()),
     };
     let batch = match batch {
         Ok(b) => b,
         Err(named) => return Ok(output_error(&format!("no batch {named}"))),
     };
-    let Some(owner) = store::user_by_id(c, batch.user_id)? else {
+    let Some(owner) = project_db::user_by_id(c, batch.user_id)? else {
         return Ok(output_error(&format!("no user {}", batch.user_id)));
     };
     // This command's own wording (result_file and workunit_files say
@@ -271,7 +271,7 @@ fn batch_files(ctx: &Ctx, c: &Connection, by: BatchRef, auth: &str) -> Res<Reply
     if files::md5_hex(format!("{}{}", owner.authenticator, batch.id).as_bytes()) != auth {
         return Ok(output_error("bad auth str"));
     }
-    let wus = store::wus_of_batch(c, batch.id)?;
+    let wus = project_db::wus_of_batch(c, batch.id)?;
     let name = format!("boinc_batch_{}.zip", random_suffix());
     let spoil = *ctx.batch_zip_spoil.lock().unwrap_or_else(|e| e.into_inner());
     let data = zip_outputs(ctx, c, &wus, spoil)?;

@@ -7,8 +7,8 @@ use super::{authenticate, valid_filename, Access};
 use crate::ctx::Ctx;
 use crate::files;
 use crate::form::{FilePart, Form};
+use crate::project_db;
 use crate::replies::{php_duplicate_entry, php_notice, project_down, xml_fail, Fail, Reply, XmlOut, XML_CONTENT_TYPE};
-use crate::store;
 use crate::xmlreq::Element;
 
 type Step = Result<(), Fail>;
@@ -65,7 +65,7 @@ fn query_files(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f6
         if !valid_filename(name) {
             return Err(xml_fail("bad filename"));
         }
-        let jf = store::job_file_by_name(c, name)?;
+        let jf = project_db::job_file_by_name(c, name)?;
         if let Some(jf) = &jf {
             if jf.delete_time < delete_time {
                 c.prepare_cached("UPDATE job_file SET delete_time = ?1 WHERE id = ?2")?.execute(params![delete_time, jf.id])?;
@@ -78,10 +78,10 @@ fn query_files(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f6
         if ctx.dirs.download.join(name).is_file() {
             let jf_id = match &jf {
                 Some(jf) => jf.id,
-                None => store::insert_job_file(c, name, now, delete_time)?
+                None => project_db::insert_job_file(c, name, now, delete_time)?
                     .ok_or_else(|| xml_fail(format!("query_files(): BoincJobFile::insert({name}) failed: ")))?,
             };
-            if batch_id != 0 && !store::insert_assoc(c, jf_id, batch_id)? {
+            if batch_id != 0 && !project_db::insert_assoc(c, jf_id, batch_id)? {
                 return Err(Fail::Fatal(php_duplicate_entry(
                     &ctx.php_root(),
                     &format!("{jf_id}-{batch_id}"),
@@ -93,7 +93,7 @@ fn query_files(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f6
             }
         } else {
             if let Some(jf) = &jf {
-                store::delete_job_file(c, jf.id)?;
+                project_db::delete_job_file(c, jf.id)?;
             }
             absent.push(i);
         }
@@ -147,7 +147,7 @@ fn upload_files(ctx: &Ctx, c: &Connection, r: &Element, parts: &[FilePart], out:
         } else if files::write_atomic(&path, &part.data).is_err() {
             return Err(xml_fail("file operation failed; check permissions in download/*"));
         }
-        let Some(jf_id) = store::insert_job_file(c, name, now, delete_time)? else {
+        let Some(jf_id) = project_db::insert_job_file(c, name, now, delete_time)? else {
             return Err(Fail::Fatal(php_duplicate_entry(
                 &ctx.php_root(),
                 name,
@@ -157,7 +157,7 @@ fn upload_files(ctx: &Ctx, c: &Connection, r: &Element, parts: &[FilePart], out:
                 ("user/job_file.php", 310, "upload_files()"),
             )));
         };
-        if batch_id != 0 && !store::insert_assoc(c, jf_id, batch_id)? {
+        if batch_id != 0 && !project_db::insert_assoc(c, jf_id, batch_id)? {
             return Err(Fail::Fatal(php_duplicate_entry(
                 &ctx.php_root(),
                 &format!("{jf_id}-{batch_id}"),

@@ -10,8 +10,8 @@ use rusqlite::Connection;
 
 use crate::ctx::Ctx;
 use crate::php;
+use crate::project_db::{self, Batch, Res, User};
 use crate::replies::{xml_fail, Fail};
-use crate::store::{self, Batch, Res, User};
 use crate::xmlreq::{self, Element};
 
 /// What a request needs the user to be allowed to do.
@@ -30,13 +30,13 @@ pub fn authenticate(c: &Connection, r: &Element, access: Access) -> Result<User,
     if !php::truthy(auth) {
         return Err(xml_fail("no authenticator"));
     }
-    let user = store::user_by_auth(c, auth)?.ok_or_else(|| xml_fail("bad authenticator"))?;
-    let submit_all = store::user_submit_all(c, user.id)?;
+    let user = project_db::user_by_auth(c, auth)?.ok_or_else(|| xml_fail("bad authenticator"))?;
+    let submit_all = project_db::user_submit_all(c, user.id)?;
     match (access, submit_all) {
         (Access::App(_), None) => Err(xml_fail("no submit access")),
         (Access::Files, None) => Err(xml_fail("no file access")),
         (Access::App(app_id), Some(false)) => {
-            if store::user_submit_app(c, user.id, app_id)? {
+            if project_db::user_submit_app(c, user.id, app_id)? {
                 Ok(user)
             } else {
                 Err(xml_fail("no submit access"))
@@ -63,7 +63,7 @@ pub fn batch_named(ctx: &Ctx, c: &Connection, name: &str) -> Res<Option<Batch>> 
     if ctx.cfg.quirks.double_escaped_names && php::needs_sql_escape(name) {
         return Ok(None);
     }
-    store::batch_by_name(c, name)
+    project_db::batch_by_name(c, name)
 }
 
 /// `get_batch()`: by `batch_id` if given, else by `batch_name`.
@@ -73,7 +73,7 @@ pub fn get_batch(ctx: &Ctx, c: &Connection, r: &Element) -> Result<Batch, Fail> 
     let by_id = r.child("batch_id").filter(given);
     let by_name = r.child("batch_name").filter(given);
     let batch = if by_id.is_some() {
-        store::batch_by_id(c, r.int("batch_id"))?
+        project_db::batch_by_id(c, r.int("batch_id"))?
     } else if by_name.is_some() {
         batch_named(ctx, c, r.str("batch_name"))?
     } else {

@@ -12,8 +12,8 @@ use crate::ctx::{App, Ctx};
 use crate::files;
 use crate::lifecycle;
 use crate::php::{self, float};
+use crate::project_db::{self, secs};
 use crate::replies::{self, batch_xml, project_down, xml_fail, Fail, Reply, XmlOut, XML_CONTENT_TYPE};
-use crate::store::{self, secs};
 use crate::xmlreq::Element;
 
 /// Runs the script on a parsed request (or the text of an unparsable one).
@@ -87,7 +87,7 @@ fn get_templates(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut) -> St
         app_named(ctx, app_name)?
     } else {
         let job_name = r.str("job_name");
-        let wu = store::wu_by_name(c, job_name)?.ok_or_else(|| xml_fail(format!("job not found: {}", ctx.html(job_name))))?;
+        let wu = project_db::wu_by_name(c, job_name)?.ok_or_else(|| xml_fail(format!("job not found: {}", ctx.html(job_name))))?;
         ctx.app_by_id(wu.appid).ok_or_else(|| xml_fail("template file missing"))?
     };
     authenticate(c, r, Access::App(app.id))?;
@@ -107,7 +107,7 @@ fn create_batch(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f
     if name.is_empty() {
         name = format!("{}:{}:{}", user.name, app.spec.name, php::rfc2822(secs(now)));
     }
-    let id = store::insert_batch(c, user.id, app.id, &name, now, r.float("expire_time"), 0)?;
+    let id = project_db::insert_batch(c, user.id, app.id, &name, now, r.float("expire_time"), 0)?;
     out.push(&format!("<batch_id>{id}</batch_id>\n        </create_batch>\n    "));
     Ok(())
 }
@@ -197,11 +197,11 @@ fn submit_batch(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f
 
     let batch_id = b.int("batch_id");
     if batch_id != 0 {
-        let batch = store::batch_by_id(c, batch_id)?.ok_or_else(|| xml_fail(format!("no batch {batch_id}")))?;
+        let batch = project_db::batch_by_id(c, batch_id)?.ok_or_else(|| xml_fail(format!("no batch {batch_id}")))?;
         if batch.user_id != user.id {
             return Err(xml_fail("not owner of batch"));
         }
-        if batch.state != store::BATCH_INIT {
+        if batch.state != project_db::BATCH_INIT {
             return Err(xml_fail("batch not in init state"));
         }
     }
@@ -214,13 +214,13 @@ fn submit_batch(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f
         if name.is_empty() {
             name = format!("{}:{}:{}", user.name, app.spec.name, php::rfc2822(secs(now)));
         }
-        store::insert_batch(c, user.id, app.id, &name, now, 0.0, njobs)?
+        project_db::insert_batch(c, user.id, app.id, &name, now, 0.0, njobs)?
     };
 
     if let Err(stderr) = create_work(ctx, c, app, b, batch_id, &mut jobs, now)? {
         return Err(xml_fail(format!("create_work failed: {stderr}")));
     }
-    c.prepare_cached("UPDATE batch SET state = ?1 WHERE id = ?2")?.execute(params![store::BATCH_IN_PROGRESS, batch_id])?;
+    c.prepare_cached("UPDATE batch SET state = ?1 WHERE id = ?2")?.execute(params![project_db::BATCH_IN_PROGRESS, batch_id])?;
     out.push(&format!("<batch_id>{batch_id}</batch_id>\n        </submit_batch>\n    "));
     Ok(())
 }
@@ -542,14 +542,14 @@ fn query_batches(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: 
     out.start("query_batches");
     let user = authenticate(c, r, Access::Files)?;
     let get_cpu_time = r.int("get_cpu_time") != 0;
-    for mut b in store::batches_of_user(c, user.id)? {
-        if b.state < store::BATCH_COMPLETE {
-            b = store::recompute_batch(c, b, now)?;
+    for mut b in project_db::batches_of_user(c, user.id)? {
+        if b.state < project_db::BATCH_COMPLETE {
+            b = project_db::recompute_batch(c, b, now)?;
         }
-        if b.state == store::BATCH_RETIRED {
+        if b.state == project_db::BATCH_RETIRED {
             continue;
         }
-        let cpu = if get_cpu_time { Some(store::batch_cpu_time(c, b.id)?) } else { None };
+        let cpu = if get_cpu_time { Some(project_db::batch_cpu_time(c, b.id)?) } else { None };
         out.push("    <batch>\n");
         out.push(&batch_xml(&b, ctx.app_name(b.app_id), cpu));
         out.push("   </batch>\n");
@@ -574,18 +574,18 @@ fn query_batch(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f6
     if b.user_id != user.id {
         return Err(xml_fail("not owner of batch"));
     }
-    let b = store::recompute_batch(c, b, now)?;
+    let b = project_db::recompute_batch(c, b, now)?;
     let get_cpu_time = r.int("get_cpu_time") != 0;
     let details = r.int("get_job_details") != 0;
-    let cpu = if get_cpu_time { Some(store::batch_cpu_time(c, b.id)?) } else { None };
+    let cpu = if get_cpu_time { Some(project_db::batch_cpu_time(c, b.id)?) } else { None };
     out.push(&batch_xml(&b, ctx.app_name(b.app_id), cpu));
-    for wu in store::wus_of_batch(c, b.id)? {
+    for wu in project_db::wus_of_batch(c, b.id)? {
         let mut s = format!(
             "        <job>\n        <id>{}</id>\n        <name>{}</name>\n        <canonical_instance_id>{}</canonical_instance_id>\n",
             wu.id, wu.name, wu.canonical_resultid
         );
         if details {
-            let results = store::results_of_wu(c, wu.id)?;
+            let results = project_db::results_of_wu(c, wu.id)?;
             let status = if wu.canonical_resultid != 0 {
                 if let Some(cr) = results.iter().find(|x| x.id == wu.canonical_resultid) {
                     let _ = writeln!(s, "            <cpu_time>{}</cpu_time>", float(cr.cpu_time));
@@ -597,7 +597,7 @@ fn query_batch(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f6
                         let _ = writeln!(s, "   <error>{text}</error>");
                     }
                 }
-                for x in results.iter().filter(|x| x.outcome == store::OUTCOME_CLIENT_ERROR) {
+                for x in results.iter().filter(|x| x.outcome == project_db::OUTCOME_CLIENT_ERROR) {
                     let _ = writeln!(s, "            <exit_status>{}</exit_status>", x.exit_status);
                 }
                 "error"
@@ -616,26 +616,26 @@ fn query_batch(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f6
 }
 
 /// The phrase BOINC's web pages use for an instance's state.
-pub fn instance_state_text(x: &store::Instance) -> &'static str {
+pub fn instance_state_text(x: &project_db::Instance) -> &'static str {
     match x.server_state {
         1 => "Inactive",
-        store::RS_UNSENT => "Unsent",
-        store::RS_IN_PROGRESS => "In progress",
-        store::RS_OVER => match x.outcome {
-            store::OUTCOME_SUCCESS => match x.validate_state {
-                store::VALIDATE_INIT => "Completed, waiting for validation",
-                store::VALIDATE_VALID => "Completed and validated",
-                store::VALIDATE_INVALID => "Completed, marked as invalid",
+        project_db::RS_UNSENT => "Unsent",
+        project_db::RS_IN_PROGRESS => "In progress",
+        project_db::RS_OVER => match x.outcome {
+            project_db::OUTCOME_SUCCESS => match x.validate_state {
+                project_db::VALIDATE_INIT => "Completed, waiting for validation",
+                project_db::VALIDATE_VALID => "Completed and validated",
+                project_db::VALIDATE_INVALID => "Completed, marked as invalid",
                 3 => "Completed, can't validate",
-                store::VALIDATE_INCONCLUSIVE => "Completed, validation inconclusive",
+                project_db::VALIDATE_INCONCLUSIVE => "Completed, validation inconclusive",
                 5 => "Completed, too late to validate",
                 _ => "Completed",
             },
             2 => "Couldn't send",
-            store::OUTCOME_CLIENT_ERROR => "Error while computing",
-            store::OUTCOME_NO_REPLY => "Timed out - no response",
-            store::OUTCOME_DIDNT_NEED => "Didn't need",
-            store::OUTCOME_VALIDATE_ERROR => "Validate error",
+            project_db::OUTCOME_CLIENT_ERROR => "Error while computing",
+            project_db::OUTCOME_NO_REPLY => "Timed out - no response",
+            project_db::OUTCOME_DIDNT_NEED => "Didn't need",
+            project_db::OUTCOME_VALIDATE_ERROR => "Validate error",
             7 => "Abandoned",
             _ => "Unknown",
         },
@@ -646,19 +646,19 @@ pub fn instance_state_text(x: &store::Instance) -> &'static str {
 fn query_job(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut) -> Step {
     out.start("query_job");
     let user = authenticate(c, r, Access::Files)?;
-    let wu = store::wu_by_id(c, r.int("job_id"))?.ok_or_else(|| xml_fail("no such job"))?;
-    let owner = store::batch_by_id(c, wu.batch)?.map(|b| b.user_id);
+    let wu = project_db::wu_by_id(c, r.int("job_id"))?.ok_or_else(|| xml_fail("no such job"))?;
+    let owner = project_db::batch_by_id(c, wu.batch)?.map(|b| b.user_id);
     if owner != Some(user.id) {
         return Err(xml_fail("not owner"));
     }
-    for x in store::results_of_wu(c, wu.id)? {
+    for x in project_db::results_of_wu(c, wu.id)? {
         let mut s = format!(
             "    <instance>\n        <name>{}</name>\n        <id>{}</id>\n        <state>{}</state>\n",
             x.name,
             x.id,
             instance_state_text(&x)
         );
-        if x.server_state == store::RS_OVER {
+        if x.server_state == project_db::RS_OVER {
             for f in x.output_files.iter().filter(|f| !f.is_empty()) {
                 if let Ok(m) = std::fs::metadata(ctx.dirs.upload.join(f)) {
                     if m.is_file() {
@@ -677,8 +677,8 @@ fn query_job(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut) -> Step {
 fn query_completed_job(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut) -> Step {
     out.start("query_completed_job");
     let user = authenticate(c, r, Access::Files)?;
-    let wu = store::wu_by_name(c, r.str("job_name"))?.ok_or_else(|| xml_fail("no such job"))?;
-    let owner = store::batch_by_id(c, wu.batch)?.map(|b| b.user_id);
+    let wu = project_db::wu_by_name(c, r.str("job_name"))?.ok_or_else(|| xml_fail("no such job"))?;
+    let owner = project_db::batch_by_id(c, wu.batch)?.map(|b| b.user_id);
     if owner != Some(user.id) {
         return Err(xml_fail("not owner"));
     }
@@ -686,7 +686,7 @@ fn query_completed_job(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut)
     out.push(&format!("   <error_mask>{}</error_mask>\n", wu.error_mask));
     let instance = if wu.canonical_resultid != 0 {
         out.push(&format!("   <canonical_resultid>{}</canonical_resultid>\n", wu.canonical_resultid));
-        store::result_by_id(c, wu.canonical_resultid)?
+        project_db::result_by_id(c, wu.canonical_resultid)?
     } else {
         match ctx.cfg.quirks.query_completed_job {
             CompletedJobMode::PhpGe81 => {
@@ -712,10 +712,9 @@ fn query_completed_job(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut)
             }
             CompletedJobMode::PhpLt81 => None,
             CompletedJobMode::Intended => {
-                let last = store::results_of_wu(c, wu.id)?
-                    .into_iter()
-                    .rev()
-                    .find(|x| matches!(x.outcome, store::OUTCOME_SUCCESS | store::OUTCOME_CLIENT_ERROR | store::OUTCOME_VALIDATE_ERROR));
+                let last = project_db::results_of_wu(c, wu.id)?.into_iter().rev().find(|x| {
+                    matches!(x.outcome, project_db::OUTCOME_SUCCESS | project_db::OUTCOME_CLIENT_ERROR | project_db::OUTCOME_VALIDATE_ERROR)
+                });
                 if let Some(x) = &last {
                     out.push(&format!("   <error_resultid>{}</error_resultid>\n", x.id));
                 }
@@ -742,16 +741,16 @@ fn abort_jobs(ctx: &Ctx, c: &Connection, r: &Element, out: &mut XmlOut, now: f64
     let user = authenticate(c, r, Access::Files)?;
     for el in r.all("job_name") {
         let shown = php::sql_escape(&el.text);
-        let wu = store::wu_by_name(c, &el.text)?.ok_or_else(|| xml_fail(format!("no job {shown}")))?;
+        let wu = project_db::wu_by_name(c, &el.text)?.ok_or_else(|| xml_fail(format!("no job {shown}")))?;
         if wu.batch == 0 {
             return Err(xml_fail(format!("job {shown} is not part of a batch")));
         }
-        let owner = store::batch_by_id(c, wu.batch)?.map(|b| b.user_id);
+        let owner = project_db::batch_by_id(c, wu.batch)?.map(|b| b.user_id);
         if owner != Some(user.id) {
             return Err(xml_fail("not owner of batch"));
         }
         out.push(&format!("<aborted {shown}>\n"));
-        store::abort_wu(c, &wu, now)?;
+        project_db::abort_wu(c, &wu, now)?;
     }
     out.push("<success>1</success>\n        </abort_jobs>\n    ");
     Ok(())

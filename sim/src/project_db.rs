@@ -10,14 +10,14 @@ use std::sync::{Mutex, MutexGuard};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum ProjectDbError {
     #[error("database: {0}")]
     Db(#[from] rusqlite::Error),
     #[error("file store: {0}")]
     Io(#[from] std::io::Error),
 }
 
-pub type Res<T> = Result<T, StoreError>;
+pub type Res<T> = Result<T, ProjectDbError>;
 
 // Batch states.
 pub const BATCH_INIT: i64 = 0;
