@@ -71,6 +71,13 @@ impl SimProcess {
         http(&addr, "POST", &format!("{path}__sim/hosts"), Some(json));
     }
 
+    /// Moves the sim's clock forward: instances due in that much sim time
+    /// are reported at the next tick.
+    pub fn advance_clock(&self, secs: f64) {
+        let (addr, path) = self.addr_and_path();
+        http(&addr, "POST", &format!("{path}__sim/clock"), Some(&serde_json::json!({ "advance": secs }).to_string()));
+    }
+
     pub fn set_faults(&self, plan: serde_json::Value) {
         let (addr, path) = self.addr_and_path();
         http(&addr, "PUT", &format!("{path}__sim/faults"), Some(&plan.to_string()));

@@ -315,10 +315,11 @@ fn changes_on_a_project_that_missed_a_query_are_reported_when_it_answers_again()
     let pool = pool_file(dir.path(), &[("a", &a), ("b", &b)], "");
     select_pool(&mut g, &pool);
     assert_eq!(submit(&mut g, "m#x", &x), ["NULL"]);
+    // b's jobs take 1000 sim seconds (1e13 fpops at 1e10 flops): none can
+    // finish before the first query, however slow this machine is, until
+    // the test moves b's clock.
     let mut slow = uppercase_batch("m#y", &y);
-    for j in &mut slow.jobs {
-        j.args = vec!["--sleep-ms".into(), "3000".into()];
-    }
+    slow.params.rsc_fpops_est = ParamValue::Value(1e13);
     assert_eq!(g.call(|id| async_cmd(id, AsyncCommand::Submit(slow)), WAIT).unwrap(), ["NULL"]);
     assert_eq!(holder(&[("a", &a), ("b", &b)], "m#y"), "b");
     let query = |g: &mut GahpClient, from: f64| {
@@ -328,25 +329,30 @@ fn changes_on_a_project_that_missed_a_query_are_reported_when_it_answers_again()
         assert_eq!(r[0], "NULL", "{r:?}");
         r
     };
-    let r = query(&mut g, 0.0);
-    let s1: f64 = r[1].parse().unwrap();
-    // b cannot answer queries while its jobs finish.
-    b.set_faults(serde_json::json!({ "rules": { "submit_rpc_handler.php:query_batch2": { "http503": 1.0 } } }));
-    let until = std::time::Instant::now() + WAIT;
-    while !b.jobs_of(b.batches_named("m#y")[0]["id"].as_i64().unwrap()).iter().all(|j| j["status"] == "DONE") {
-        assert!(std::time::Instant::now() < until, "b's jobs did not finish");
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
-    // Past the server's 1 s clock steps and the daemon's 1 s widening.
-    std::thread::sleep(std::time::Duration::from_millis(2500));
-    let r = query(&mut g, s1);
-    let s2: f64 = r[1].parse().unwrap();
-    assert!(s2 > s1 + 2.0, "{s1} {s2}");
     let groups = |r: &[String]| {
         let n_x: usize = r[2].parse().unwrap();
         let n_y: usize = r[3 + 2 * n_x].parse().unwrap();
         (n_x, n_y, r[4 + 2 * n_x..].to_vec())
     };
+    let r = query(&mut g, 0.0);
+    let s1: f64 = r[1].parse().unwrap();
+    let (_, n_y, jobs) = groups(&r);
+    assert_eq!(n_y, 2, "{r:?}");
+    assert!(jobs.chunks(2).all(|p| p[1] != "DONE"), "b's jobs finished before the first query: {jobs:?}");
+    // b cannot answer queries while its jobs finish.
+    b.set_faults(serde_json::json!({ "rules": { "submit_rpc_handler.php:query_batch2": { "http503": 1.0 } } }));
+    b.advance_clock(1100.0);
+    let until = std::time::Instant::now() + WAIT;
+    while !b.jobs_of(b.batches_named("m#y")[0]["id"].as_i64().unwrap()).iter().all(|j| j["status"] == "DONE") {
+        assert!(std::time::Instant::now() < until, "b's jobs did not finish");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // b's clock moved past the server's 1 s steps and the daemon's 1 s
+    // widening; a's answers with its own time, so wait those out on a too.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let r = query(&mut g, s1);
+    let s2: f64 = r[1].parse().unwrap();
+    assert!(s2 > s1 + 2.0, "{s1} {s2}");
     assert_eq!(groups(&r).1, 0, "b could not answer: {r:?}");
     b.set_faults(serde_json::json!({}));
     // The gridmanager passes back s2; b is asked from s1 and reports.
